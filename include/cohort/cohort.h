@@ -1,0 +1,11 @@
+// cohort/cohort.h — everything a training program needs, in one include.
+#pragma once
+
+#include "cohort/checksum.h"
+#include "cohort/context.h"
+#include "cohort/distributed_data_parallel.h"
+#include "cohort/distributed_sampler.h"
+#include "cohort/error.h"
+#include "cohort/idx.h"
+#include "cohort/job_env.h"
+#include "cohort/version.h"

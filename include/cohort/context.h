@@ -1,0 +1,75 @@
+// cohort/context.h — joining a job: cohort::init() and the Context it returns.
+//
+// init() reads where this process sits in the job (job_env.h), connects to the job's c10d TCPStore
+// (rank 0 hosts it), and builds the c10d process groups: Gloo for CPU tensors, NCCL for CUDA tensors
+// where the libtorch has CUDA. A world of one gets a store in memory and the same groups, so that
+// code paths stay the same with and without peers.
+// Not here: restarts and heartbeats (the launcher's agent), collectives of our own (parallel/).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "cohort/job_env.h"
+#include "cohort/torch_compat.h"
+
+namespace cohort {
+
+struct InitOptions {
+  /// How long to wait for the store (rank 0 listening, all ranks joined). COHORT_STORE_TIMEOUT_S
+  /// in the environment overrides it.
+  std::chrono::milliseconds store_timeout{std::chrono::seconds(30)};
+  /// How long one collective may take before it fails. COHORT_COLLECTIVE_TIMEOUT_S overrides it.
+  std::chrono::milliseconds collective_timeout{std::chrono::seconds(300)};
+  /// Intra-op threads for this process; 0 keeps libtorch's choice. COHORT_THREADS overrides it.
+  int threads = 0;
+};
+
+class Context {
+ public:
+  Context(JobEnv env, c10::intrusive_ptr<c10d::Store> store, const InitOptions& options);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  int rank() const { return env_.rank; }
+  int world_size() const { return env_.world_size; }
+  int local_rank() const { return env_.local_rank; }
+  int local_world_size() const { return env_.local_world_size; }
+  bool is_main() const { return env_.rank == 0; }
+  const JobEnv& env() const { return env_; }
+  const InitOptions& options() const { return options_; }
+
+  /// The job's key-value store (c10d TCPStore, or an in-memory store for a world of one).
+  const c10::intrusive_ptr<c10d::Store>& store() const { return store_; }
+  /// The process group for tensors on `device`: Gloo for CPU, NCCL for CUDA. Throws ConfigError
+  /// when this libtorch has no backend for that device.
+  const c10::intrusive_ptr<Backend>& group(const c10::Device& device) const;
+  const c10::intrusive_ptr<Backend>& group() const { return group(c10::Device(c10::kCPU)); }
+
+  /// Waits until every rank reaches this point (collective on the CPU group).
+  void barrier();
+
+  /// A number unique within the job for objects created in the same order on every rank (a DDP
+  /// module, a checkpoint), used to keep their store keys apart.
+  int64_t next_sequence() { return sequence_++; }
+
+ private:
+  JobEnv env_;
+  InitOptions options_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<Backend> cpu_group_;
+  mutable c10::intrusive_ptr<Backend> cuda_group_;  // created on first use
+  std::atomic<int64_t> sequence_{0};
+};
+
+/// Joins the job described by the environment (see job_env.h). Throws ConfigError for a bad
+/// environment and TimeoutError when the store cannot be reached within options.store_timeout.
+std::shared_ptr<Context> init(InitOptions options = {});
+
+}  // namespace cohort

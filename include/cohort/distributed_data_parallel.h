@@ -1,0 +1,137 @@
+// cohort/distributed_data_parallel.h — data parallelism for any torch::nn::Module.
+//
+//   auto model = cohort::DistributedDataParallel(Net(), ctx);
+//   auto loss = torch::nll_loss(model->forward(x), y);
+//   loss.backward();        // gradients are averaged over the world before backward returns
+//   optimizer.step();
+//
+// At construction every rank checks that all ranks hold the same parameter and buffer names,
+// shapes and dtypes (a mismatch is a ConfigError on every rank, not a hang), then takes rank 0's
+// values. During backward, gradients are copied into buckets (bucket_cap_mb, filled in reverse
+// registration order as in PyTorch's DDP, the first bucket capped at 1 MB so communication starts
+// early); a bucket's asynchronous allreduce is launched from the autograd hook of its last
+// gradient, in bucket order on every rank, so communication overlaps the rest of backward. When
+// backward ends, buckets that are not complete (parameters without a gradient this iteration)
+// are completed with zeros and launched; all are waited for and the averages written back before
+// backward returns. A parameter no rank used keeps its gradient as it was.
+//
+// Not here: sharding the optimizer state or parameters (a later issue), mixed precision.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+
+namespace cohort {
+
+class Context;
+
+struct DDPOptions {
+  /// Bucket capacity in MiB. A tiny value puts every parameter in its own bucket.
+  double bucket_cap_mb = 25.0;
+  /// Capacity of the first bucket (the last parameters), so that communication starts early.
+  double first_bucket_cap_mb = 1.0;
+  /// Broadcast buffers (e.g. batch-norm statistics) from rank 0 before each forward in training.
+  bool broadcast_buffers = true;
+  /// The yardstick: after backward, one blocking allreduce per gradient, no buckets, no overlap.
+  bool reference_mode = false;
+};
+
+/// Counters for tests and monitoring (cumulative since construction).
+struct DDPStats {
+  int64_t sync_iterations = 0;               // backward passes whose gradients were averaged
+  int64_t buckets_launched_in_backward = 0;  // from a gradient hook, while backward was running
+  int64_t buckets_launched_at_end = 0;       // when backward had finished (incomplete buckets)
+  int64_t bytes_allreduced = 0;
+  int64_t num_buckets = 0;
+};
+
+namespace detail {
+
+/// The type-independent part of DistributedDataParallel: model check, broadcasts, gradient
+/// buckets and hooks. Implemented in src/parallel/.
+class DataParallelCore {
+ public:
+  DataParallelCore(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Context> ctx, DDPOptions options);
+  ~DataParallelCore();
+  void before_forward();
+  void set_sync(bool enabled);
+  bool sync_enabled() const;
+  DDPStats stats() const;
+  /// Bucket layout: for each bucket, the names of its parameters (for tests and diagnostics).
+  std::vector<std::vector<std::string>> bucket_layout() const;
+  void assert_in_sync() const;
+  const std::shared_ptr<Context>& context() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace detail
+
+/// Scope in which backward accumulates gradients locally without communication
+/// (gradient accumulation). The next backward outside the scope averages the accumulated sums.
+class NoSyncGuard {
+ public:
+  explicit NoSyncGuard(detail::DataParallelCore& core) : core_(&core), previous_(core.sync_enabled()) {
+    core_->set_sync(false);
+  }
+  NoSyncGuard(NoSyncGuard&& other) noexcept : core_(std::exchange(other.core_, nullptr)), previous_(other.previous_) {}
+  NoSyncGuard(const NoSyncGuard&) = delete;
+  NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+  NoSyncGuard& operator=(NoSyncGuard&&) = delete;
+  ~NoSyncGuard() {
+    if (core_) core_->set_sync(previous_);
+  }
+
+ private:
+  detail::DataParallelCore* core_;
+  bool previous_;
+};
+
+template <typename ModuleHolder>
+class DistributedDataParallelImpl : public torch::nn::Module {
+ public:
+  DistributedDataParallelImpl(ModuleHolder module, std::shared_ptr<Context> ctx, DDPOptions options = {})
+      : module_(register_module("module", std::move(module))),
+        core_(std::make_unique<detail::DataParallelCore>(module_.ptr(), std::move(ctx), options)) {}
+
+  /// Calls the wrapped module's forward (after broadcasting buffers, if enabled).
+  template <typename... Args>
+  decltype(auto) forward(Args&&... args) {
+    core_->before_forward();
+    return module_->forward(std::forward<Args>(args)...);
+  }
+
+  /// The wrapped module, e.g. to save it without the "module." prefix.
+  ModuleHolder& module() { return module_; }
+
+  [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(*core_); }
+
+  /// Debug check: throws cohort::Error naming the ranks whose parameters differ from rank 0's.
+  void assert_in_sync() const { core_->assert_in_sync(); }
+
+  DDPStats stats() const { return core_->stats(); }
+  std::vector<std::vector<std::string>> bucket_layout() const { return core_->bucket_layout(); }
+
+ private:
+  ModuleHolder module_;
+  std::unique_ptr<detail::DataParallelCore> core_;
+};
+
+/// Holder in libtorch's style: `model->forward(x)`, `model->parameters()`.
+template <typename ModuleHolder>
+class DistributedDataParallel : public torch::nn::ModuleHolder<DistributedDataParallelImpl<ModuleHolder>> {
+ public:
+  using torch::nn::ModuleHolder<DistributedDataParallelImpl<ModuleHolder>>::ModuleHolder;
+};
+
+template <typename ModuleHolder, typename... Rest>
+DistributedDataParallel(ModuleHolder, Rest...) -> DistributedDataParallel<ModuleHolder>;
+
+}  // namespace cohort

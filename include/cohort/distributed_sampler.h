@@ -1,0 +1,80 @@
+// cohort/distributed_sampler.h — each rank's share of a dataset, per epoch, resumable.
+//
+// Semantics of torch.utils.data.DistributedSampler: the epoch's order is a permutation seeded
+// with seed + epoch (or 0..N-1 without shuffle); rank r takes positions r, r+W, r+2W, ...; every
+// rank gets the same number of samples, by repeating samples from the start of the order
+// (padding) or, with drop_last, by dropping the tail.
+//
+// Beyond it: a small state (epoch, samples the whole job consumed this epoch) that restores on a
+// different world size. The consumed samples are always a prefix of the epoch's order (rank r's
+// k-th local sample is position k·W + r), so the rest of the epoch is the order from `consumed`
+// on, shared out again over the new world size: nothing lost, nothing repeated.
+//
+// The sampler is a handle: copies share one state. make_data_loader takes its sampler by value,
+// and `sampler.set_epoch(e)` on your copy still reaches the loader's.
+//
+// Counting: `consumed` advances when the loader asks for a batch. With DataLoaderOptions
+// workers == 0 (the default) that is exactly the batches your loop has received; with workers > 0
+// the loader asks up to max_jobs batches ahead, so subtract those when you save.
+#pragma once
+
+#include <torch/data/samplers/base.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace cohort {
+
+class Context;
+
+struct SamplerOptions {
+  bool shuffle = true;
+  uint64_t seed = 0;
+  bool drop_last = false;
+};
+
+/// What a checkpoint keeps of a sampler. `consumed` counts positions of the epoch's order.
+struct SamplerState {
+  int64_t epoch = 0;
+  int64_t consumed = 0;
+  int64_t dataset_size = 0;
+  uint64_t seed = 0;
+  bool shuffle = true;
+  std::string to_json() const;
+  static SamplerState from_json(const std::string& text);  // throws cohort::ConfigError
+};
+
+class DistributedSampler : public torch::data::samplers::Sampler<std::vector<size_t>> {
+ public:
+  DistributedSampler(size_t dataset_size, const Context& ctx, SamplerOptions options = {});
+  /// Without a Context, for tests and tools: explicit rank and world size.
+  DistributedSampler(size_t dataset_size, int rank, int world_size, SamplerOptions options = {});
+
+  /// Starts epoch `epoch` from its beginning, unless it is the epoch a restored state is in:
+  /// then the epoch continues where the job was.
+  void set_epoch(int64_t epoch);
+  int64_t epoch() const;
+
+  /// Samples this rank yields in a full pass of the current epoch from `consumed` on.
+  size_t local_size() const;
+
+  SamplerState state() const;
+  /// Continues from `state`, which may come from a different world size. Throws ConfigError if
+  /// it describes another dataset size or order (seed / shuffle).
+  void load_state(const SamplerState& state);
+
+  // torch::data::samplers::Sampler
+  void reset(torch::optional<size_t> new_size = torch::nullopt) override;
+  torch::optional<std::vector<size_t>> next(size_t batch_size) override;
+  void save(torch::serialize::OutputArchive& archive) const override;
+  void load(torch::serialize::InputArchive& archive) override;
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace cohort

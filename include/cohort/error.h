@@ -1,0 +1,60 @@
+// cohort/error.h — the exceptions cohort throws.
+//
+// Two kinds of failure (see DESIGN.md, Conventions):
+//  * recoverable faults — bad input, an unreachable peer, a timeout, an I/O error — are thrown as
+//    cohort::Error subclasses that a caller or the launcher can act on;
+//  * broken internal invariants go through COHORT_CHECK, which names both sides of the comparison.
+// Every message starts with "rank R: " (or "cohort: " before the rank is known) so that a line in a log of many ranks says where it came from.
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace cohort {
+
+/// Base of every error cohort throws on purpose.
+class Error : public std::runtime_error {
+ public:
+  Error(int rank, const std::string& what)
+      : std::runtime_error((rank >= 0 ? "rank " + std::to_string(rank) : std::string("cohort")) + ": " +
+                           what),
+        rank_(rank) {}
+  /// The rank the error happened on, or -1 when it was not known yet (a bad environment).
+  int rank() const { return rank_; }
+
+ private:
+  int rank_;
+};
+
+/// Bad input: a half-set environment, an invalid option, models that differ across ranks,
+/// a missing file. Retrying does not help; the message says what to change.
+class ConfigError : public Error {
+  using Error::Error;
+};
+
+/// A peer or service did not answer in time (store, collective).
+class TimeoutError : public Error {
+  using Error::Error;
+};
+
+/// A collective or the connection to a peer failed.
+class CommError : public Error {
+  using Error::Error;
+};
+
+namespace detail {
+[[noreturn]] void check_failed(const char* expr, const char* file, int line, const std::string& msg);
+}  // namespace detail
+
+}  // namespace cohort
+
+/// Invariant check for states that cannot happen unless cohort has a bug.
+#define COHORT_CHECK(cond, msg_stream)                                         \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      std::ostringstream cohort_check_os_;                                     \
+      cohort_check_os_ << msg_stream;                                          \
+      ::cohort::detail::check_failed(#cond, __FILE__, __LINE__, cohort_check_os_.str()); \
+    }                                                                          \
+  } while (0)

@@ -1,0 +1,15 @@
+// cohort/idx.h — reading IDX files (the MNIST / Fashion-MNIST format), gzipped or not.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+
+namespace cohort {
+
+/// Reads an IDX file (`path`, or `path` + ".gz" when only that exists) into a tensor of its
+/// element type and shape. Throws cohort::ConfigError naming the file when it is missing,
+/// truncated or not IDX. `rank` only labels the error message.
+at::Tensor read_idx(const std::string& path, int rank = -1);
+
+}  // namespace cohort

@@ -1,0 +1,44 @@
+// cohort/job_env.h — where this process sits in a job, read from the environment.
+//
+// Pure configuration: no torch, no network. cohort::init() uses it, and so does the launcher when
+// it writes the same variables for its workers. Sources, first match wins:
+//   1. cohort's own      COHORT_RANK, COHORT_WORLD_SIZE, COHORT_LOCAL_RANK, COHORT_LOCAL_WORLD_SIZE,
+//                        COHORT_MASTER_ADDR, COHORT_MASTER_PORT, COHORT_NODE_RANK
+//   2. torchrun's        RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT
+//   3. OpenMPI's         OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK,
+//                        OMPI_COMM_WORLD_LOCAL_SIZE
+//   4. Slurm's           SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE
+//   5. none of them      a world of one.
+// The store address comes from COHORT_MASTER_* or else MASTER_ADDR / MASTER_PORT whichever family
+// gave the rank (mpirun and srun users export MASTER_ADDR themselves); default 127.0.0.1:29500.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+
+namespace cohort {
+
+struct JobEnv {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  int restart_count = 0;        // COHORT_RESTART_COUNT or TORCHELASTIC_RESTART_COUNT
+  std::string source = "none";  // "cohort", "torchrun", "openmpi", "slurm" or "none"
+};
+
+/// Looks a variable up; returns nullopt when unset. Tests pass a map instead of the environment.
+using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
+
+/// The process environment (getenv).
+std::optional<std::string> process_env(const std::string& name);
+
+/// Resolves the job environment. Throws cohort::ConfigError naming the variable when the
+/// environment is half set ("RANK is set but WORLD_SIZE is not") or a value is invalid.
+JobEnv resolve_job_env(const EnvLookup& lookup = process_env);
+
+}  // namespace cohort

@@ -1,0 +1,78 @@
+// DataParallelCore: construction-time checks and broadcasts, per-forward buffer broadcast, and
+// the GradReducer that averages gradients during backward. See distributed_data_parallel.h.
+#include "cohort/distributed_data_parallel.h"
+
+#include "cohort/context.h"
+#include "cohort/error.h"
+#include "grad_reducer.h"
+#include "replica_sync.h"
+
+namespace cohort::detail {
+
+struct DataParallelCore::Impl {
+  std::shared_ptr<torch::nn::Module> module;
+  std::shared_ptr<Context> ctx;
+  DDPOptions options;
+  std::vector<torch::Tensor> params;   // all parameters (broadcast, in-sync check)
+  std::vector<torch::Tensor> buffers;
+  std::shared_ptr<GradReducer> reducer;
+};
+
+DataParallelCore::DataParallelCore(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Context> ctx,
+                                   DDPOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  COHORT_CHECK(ctx != nullptr, "DistributedDataParallel needs a Context (cohort::init())");
+  impl_->module = std::move(module);
+  impl_->ctx = std::move(ctx);
+  impl_->options = options;
+  Context& c = *impl_->ctx;
+
+  std::vector<NamedTensor> named;
+  std::vector<GradReducer::Param> trainable;
+  for (const auto& p : impl_->module->named_parameters(/*recurse=*/true)) {
+    named.push_back({"parameter", p.key(), p.value()});
+    impl_->params.push_back(p.value());
+    if (p.value().requires_grad()) trainable.push_back({p.key(), p.value()});
+  }
+  for (const auto& b : impl_->module->named_buffers(/*recurse=*/true)) {
+    named.push_back({"buffer", b.key(), b.value()});
+    impl_->buffers.push_back(b.value());
+  }
+  if (impl_->params.empty()) throw ConfigError(c.rank(), "DistributedDataParallel: the module has no parameters");
+  const auto device = impl_->params.front().device();
+  for (const auto& t : impl_->params) {
+    if (t.device() != device) {
+      throw ConfigError(c.rank(), "DistributedDataParallel: parameters on several devices (" + device.str() + ", " +
+                                      t.device().str() + ") are not supported; move the module to one device");
+    }
+  }
+  auto& group = *c.group(device);
+
+  check_same_model(c, named);
+  std::vector<torch::Tensor> state = impl_->params;
+  state.insert(state.end(), impl_->buffers.begin(), impl_->buffers.end());
+  broadcast_from_rank0(group, state, static_cast<int64_t>(options.bucket_cap_mb * 1024 * 1024) + 1);
+  impl_->reducer = GradReducer::create(std::move(trainable), c.group(device), c.rank(), c.world_size(), options);
+}
+
+DataParallelCore::~DataParallelCore() = default;
+
+void DataParallelCore::before_forward() {
+  if (impl_->options.broadcast_buffers && !impl_->buffers.empty() && impl_->ctx->world_size() > 1 &&
+      impl_->module->is_training()) {
+    broadcast_from_rank0(*impl_->ctx->group(impl_->buffers.front().device()), impl_->buffers,
+                         static_cast<int64_t>(impl_->options.bucket_cap_mb * 1024 * 1024) + 1);
+  }
+}
+
+void DataParallelCore::set_sync(bool enabled) { impl_->reducer->set_sync(enabled); }
+bool DataParallelCore::sync_enabled() const { return impl_->reducer->sync_enabled(); }
+DDPStats DataParallelCore::stats() const { return impl_->reducer->stats(); }
+std::vector<std::vector<std::string>> DataParallelCore::bucket_layout() const { return impl_->reducer->bucket_layout(); }
+const std::shared_ptr<Context>& DataParallelCore::context() const { return impl_->ctx; }
+
+void DataParallelCore::assert_in_sync() const {
+  assert_same_values(*impl_->ctx, impl_->params, "DistributedDataParallel parameters");
+}
+
+}  // namespace cohort::detail

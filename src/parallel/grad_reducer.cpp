@@ -1,0 +1,285 @@
+// GradReducer — see grad_reducer.h for the flush rule.
+#include "grad_reducer.h"
+
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function_hook.h>
+
+#include "cohort/error.h"
+
+namespace cohort::detail {
+namespace {
+
+// Runs after AccumulateGrad of one parameter: param.grad() holds this backward's gradient.
+class GradReadyHook : public torch::autograd::FunctionPostHook {
+ public:
+  explicit GradReadyHook(std::function<void()> fn) : fn_(std::move(fn)) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list& /*inputs*/) override {
+    fn_();
+    return outputs;
+  }
+
+ private:
+  std::function<void()> fn_;
+};
+
+// Resets per-iteration state however finish_iteration leaves, so that a failed collective
+// surfaces as an exception from backward() instead of wedging the next iteration.
+struct OnExit {
+  std::function<void()> fn;
+  ~OnExit() { fn(); }
+};
+
+}  // namespace
+
+std::shared_ptr<GradReducer> GradReducer::create(std::vector<Param> params, c10::intrusive_ptr<Backend> group,
+                                                 int rank, int world_size, const DDPOptions& options) {
+  std::shared_ptr<GradReducer> r(new GradReducer(std::move(params), std::move(group), rank, world_size, options));
+  r->attach_hooks();  // needs shared_from_this, so not in the constructor
+  return r;
+}
+
+GradReducer::GradReducer(std::vector<Param> params, c10::intrusive_ptr<Backend> group, int rank, int world_size,
+                         const DDPOptions& options)
+    : params_(std::move(params)), group_(std::move(group)), rank_(rank), world_(world_size), options_(options) {
+  if (options_.bucket_cap_mb <= 0 || options_.first_bucket_cap_mb <= 0) {
+    throw ConfigError(rank_, "DDP bucket_cap_mb and first_bucket_cap_mb must be positive");
+  }
+  for (const auto& p : params_) {
+    if (p.tensor.is_sparse()) throw ConfigError(rank_, "DDP does not support sparse parameter '" + p.name + "'");
+  }
+  slots_.resize(params_.size());
+  if (!options_.reference_mode) build_buckets();
+  stats_.num_buckets = static_cast<int64_t>(buckets_.size());
+}
+
+GradReducer::~GradReducer() {
+  for (auto& s : slots_) {
+    if (s.accumulator && s.hook_key) s.accumulator->del_post_hook(s.hook_key);
+  }
+}
+
+void GradReducer::build_buckets() {
+  const auto cap = [&](bool first) {
+    return static_cast<int64_t>((first ? std::min(options_.first_bucket_cap_mb, options_.bucket_cap_mb)
+                                       : options_.bucket_cap_mb) *
+                                1024 * 1024);
+  };
+  // Reverse registration order approximates the order in which backward produces gradients.
+  // A bucket holds one dtype and device; it closes when the next gradient would overflow it.
+  Bucket current;
+  int64_t bytes = 0;
+  auto close = [&]() {
+    if (current.params.empty()) return;
+    const auto& t = params_[current.params.front()].tensor;
+    current.flat = torch::zeros({current.numel + static_cast<int64_t>(current.params.size())}, t.options());
+    current.used.assign(current.params.size(), 0.0f);
+    for (size_t k = 0; k < current.params.size(); ++k) {
+      slots_[current.params[k]].bucket = buckets_.size();
+      slots_[current.params[k]].index = k;
+    }
+    buckets_.push_back(std::move(current));
+    current = Bucket{};
+    bytes = 0;
+  };
+  for (size_t i = params_.size(); i-- > 0;) {
+    const auto& t = params_[i].tensor;
+    if (!current.params.empty()) {
+      const auto& first = params_[current.params.front()].tensor;
+      const int64_t add = t.numel() * static_cast<int64_t>(t.element_size());
+      if (first.scalar_type() != t.scalar_type() || first.device() != t.device() ||
+          bytes + add > cap(buckets_.empty())) {
+        close();
+      }
+    }
+    current.params.push_back(i);
+    current.offset.push_back(current.numel);
+    current.numel += t.numel();
+    bytes += t.numel() * static_cast<int64_t>(t.element_size());
+  }
+  close();
+}
+
+void GradReducer::attach_hooks() {
+  std::weak_ptr<GradReducer> weak = shared_from_this();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto acc = torch::autograd::impl::grad_accumulator(params_[i].tensor);
+    COHORT_CHECK(acc != nullptr, "parameter " << params_[i].name << " has no gradient accumulator");
+    slots_[i].hook_key = acc->add_post_hook(std::make_unique<GradReadyHook>([weak, i] {
+      if (auto self = weak.lock()) self->on_grad_ready(i);
+    }));
+    slots_[i].accumulator = std::move(acc);
+  }
+}
+
+void GradReducer::set_sync(bool enabled) {
+  std::lock_guard<std::mutex> lock(mu_);
+  sync_ = enabled;
+}
+
+bool GradReducer::sync_enabled() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return sync_;
+}
+
+DDPStats GradReducer::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+std::vector<std::vector<std::string>> GradReducer::bucket_layout() const {
+  std::vector<std::vector<std::string>> out;
+  for (const auto& b : buckets_) {
+    out.emplace_back();
+    for (size_t p : b.params) out.back().push_back(params_[p].name);
+  }
+  return out;
+}
+
+void GradReducer::on_grad_ready(size_t index) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Slot& slot = slots_[index];
+  if (!sync_) {
+    slot.accumulated = true;  // stays local until the next synchronised backward
+    return;
+  }
+  if (!in_backward_) begin_iteration();
+  if (slot.fired) {
+    throw ConfigError(rank_, "DDP: parameter '" + params_[index].name +
+                                 "' received its gradient twice in one backward pass; re-entrant or "
+                                 "retain_graph backward through DDP is not supported");
+  }
+  slot.fired = true;
+  if (options_.reference_mode) return;  // everything happens at the end of backward
+  copy_into_bucket(index, true);
+  Bucket& bucket = buckets_[slot.bucket];
+  if (--bucket.pending == 0) launch_ready_buckets(/*from_hook=*/true);
+}
+
+void GradReducer::begin_iteration() {
+  in_backward_ = true;
+  next_bucket_ = 0;
+  for (auto& b : buckets_) {
+    b.pending = b.params.size();
+    b.launched = false;
+    b.work.reset();
+  }
+  // Runs once the whole backward pass is done, on the thread that finishes it.
+  std::weak_ptr<GradReducer> weak = shared_from_this();
+  torch::autograd::Engine::get_default_engine().queue_callback([weak] {
+    if (auto self = weak.lock()) {
+      std::lock_guard<std::mutex> lock(self->mu_);
+      if (self->options_.reference_mode) {
+        self->finish_reference();
+      } else {
+        self->finish_iteration();
+      }
+    }
+  });
+}
+
+void GradReducer::copy_into_bucket(size_t index, bool used) {
+  const Slot& slot = slots_[index];
+  Bucket& bucket = buckets_[slot.bucket];
+  const auto& param = params_[index].tensor;
+  auto region = bucket.flat.narrow(0, bucket.offset[slot.index], param.numel());
+  const auto& grad = param.grad();
+  if (used && grad.defined()) {
+    region.view(param.sizes()).copy_(grad);
+  } else {
+    region.zero_();
+    used = false;
+  }
+  bucket.used[slot.index] = used ? 1.0f : 0.0f;
+}
+
+void GradReducer::launch_ready_buckets(bool from_hook) {
+  // Strictly in bucket order, so every rank issues the same collectives in the same order.
+  while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
+    Bucket& b = buckets_[next_bucket_++];
+    const auto n = static_cast<int64_t>(b.used.size());
+    b.flat.narrow(0, b.numel, n).copy_(torch::from_blob(b.used.data(), {n}, torch::kFloat));
+    b.flat.div_(world_);  // average before summing, as PyTorch does (keeps fp16 in range)
+    std::vector<torch::Tensor> tensors{b.flat};
+    b.work = group_->allreduce(tensors);
+    b.launched = true;
+    (from_hook ? stats_.buckets_launched_in_backward : stats_.buckets_launched_at_end)++;
+    stats_.bytes_allreduced += b.flat.numel() * static_cast<int64_t>(b.flat.element_size());
+  }
+}
+
+void GradReducer::wait(WorkHandle& work, const char* what) {
+  try {
+    work->wait();
+  } catch (const std::exception& e) {
+    std::string cause = e.what();
+    throw CommError(rank_, std::string("DDP ") + what + " failed; a peer may have died or hung (" +
+                               cause.substr(0, cause.find('\n')) + ")");
+  }
+}
+
+void GradReducer::finish_iteration() {
+  OnExit reset{[this] {
+    in_backward_ = false;
+    for (auto& s : slots_) s.fired = s.accumulated = false;
+  }};
+  // Complete the buckets whose parameters got no gradient in this backward: a gradient
+  // accumulated under no_sync still counts; otherwise the parameter contributes zeros.
+  for (auto& b : buckets_) {
+    if (b.pending == 0) continue;
+    for (size_t p : b.params) {
+      if (!slots_[p].fired) copy_into_bucket(p, slots_[p].accumulated);
+    }
+    b.pending = 0;
+  }
+  launch_ready_buckets(/*from_hook=*/false);
+
+  torch::NoGradGuard no_grad;
+  for (auto& b : buckets_) {
+    wait(b.work, "gradient allreduce");
+    auto used = b.flat.narrow(0, b.numel, static_cast<int64_t>(b.params.size())).to(torch::kCPU, torch::kFloat).contiguous();
+    const float* used_by = used.data_ptr<float>();
+    for (size_t k = 0; k < b.params.size(); ++k) {
+      if (used_by[k] <= 0) continue;  // no rank used it: its gradient stays as it was
+      auto& param = params_[b.params[k]].tensor;
+      auto avg = b.flat.narrow(0, b.offset[k], param.numel()).view(param.sizes());
+      if (param.grad().defined()) {
+        param.mutable_grad().copy_(avg);
+      } else {
+        param.mutable_grad() = avg.clone();
+      }
+    }
+  }
+  stats_.sync_iterations++;
+}
+
+void GradReducer::finish_reference() {
+  OnExit reset{[this] {
+    in_backward_ = false;
+    for (auto& s : slots_) s.fired = s.accumulated = false;
+  }};
+  torch::NoGradGuard no_grad;
+  // One flag per parameter first, so that a parameter no rank used keeps its gradient.
+  auto used = torch::zeros({static_cast<int64_t>(params_.size())}, torch::kFloat);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if ((slots_[i].fired || slots_[i].accumulated) && params_[i].tensor.grad().defined()) used[i] = 1;
+  }
+  std::vector<torch::Tensor> flags{used};
+  auto work = group_->allreduce(flags);
+  wait(work, "allreduce of used-parameter flags");
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (used[i].item<float>() <= 0) continue;
+    auto& param = params_[i].tensor;
+    const bool local = (slots_[i].fired || slots_[i].accumulated) && param.grad().defined();
+    torch::Tensor grad = local ? param.grad() : torch::zeros_like(param);
+    grad.div_(world_);
+    std::vector<torch::Tensor> tensors{grad};
+    auto w = group_->allreduce(tensors);
+    wait(w, "gradient allreduce");
+    if (!local) param.mutable_grad() = grad;
+    stats_.bytes_allreduced += grad.numel() * static_cast<int64_t>(grad.element_size());
+  }
+  stats_.sync_iterations++;
+}
+
+}  // namespace cohort::detail

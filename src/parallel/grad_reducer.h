@@ -1,0 +1,90 @@
+// GradReducer: averages gradients over the world during backward (internal to DDP).
+//
+// Flush rule (the one thing to know): parameters are grouped into buckets at construction, in
+// reverse registration order (roughly the order backward produces gradients); a bucket is
+// launched (asynchronous allreduce) when the hooks of all its parameters have fired AND every
+// earlier bucket has been launched, so every rank launches the same buckets in the same order.
+// At the end of backward (an autograd engine callback queued by the first hook), incomplete
+// buckets are filled with zeros for the missing gradients, launched, and all buckets are waited
+// for; then averaged gradients are written back. Each bucket carries one "used" flag per
+// parameter, summed with the gradients, so that a parameter no rank used keeps its gradient.
+//
+// Reference mode skips buckets: at the end of backward, one allreduce per gradient, in order.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "cohort/distributed_data_parallel.h"
+#include "cohort/torch_compat.h"
+
+namespace cohort::detail {
+
+class GradReducer : public std::enable_shared_from_this<GradReducer> {
+ public:
+  struct Param {
+    std::string name;
+    torch::Tensor tensor;
+  };
+
+  static std::shared_ptr<GradReducer> create(std::vector<Param> params, c10::intrusive_ptr<Backend> group,
+                                             int rank, int world_size, const DDPOptions& options);
+  ~GradReducer();
+
+  void set_sync(bool enabled);
+  bool sync_enabled() const;
+  DDPStats stats() const;
+  std::vector<std::vector<std::string>> bucket_layout() const;
+
+ private:
+  struct Bucket {
+    std::vector<size_t> params;   // indices into params_, in bucket order
+    std::vector<int64_t> offset;  // where each parameter's gradient starts in `flat`
+    int64_t numel = 0;            // gradient elements; `flat` has numel + params.size() (used flags)
+    torch::Tensor flat;
+    std::vector<float> used;      // this rank's used flags, copied into flat's tail at launch
+    size_t pending = 0;           // gradients not yet copied in this iteration
+    bool launched = false;
+    WorkHandle work;
+  };
+  struct Slot {
+    size_t bucket = 0;
+    size_t index = 0;     // position within its bucket
+    bool fired = false;   // hook fired in the current synchronised backward
+    bool accumulated = false;  // hook fired in a no_sync backward since the last synchronisation
+    std::shared_ptr<torch::autograd::Node> accumulator;  // kept alive: hooks live on it
+    uintptr_t hook_key = 0;
+  };
+
+  GradReducer(std::vector<Param> params, c10::intrusive_ptr<Backend> group, int rank, int world_size,
+              const DDPOptions& options);
+  void build_buckets();
+  void attach_hooks();
+  void on_grad_ready(size_t index);
+  void begin_iteration();
+  void copy_into_bucket(size_t index, bool used);
+  void launch_ready_buckets(bool from_hook);
+  void finish_iteration();
+  void finish_reference();
+  void wait(WorkHandle& work, const char* what);
+
+  std::vector<Param> params_;
+  std::vector<Slot> slots_;
+  std::vector<Bucket> buckets_;
+  c10::intrusive_ptr<Backend> group_;
+  int rank_;
+  int world_;
+  DDPOptions options_;
+
+  mutable std::mutex mu_;
+  bool sync_ = true;
+  bool in_backward_ = false;
+  size_t next_bucket_ = 0;
+  DDPStats stats_;
+};
+
+}  // namespace cohort::detail

@@ -1,0 +1,158 @@
+// cohort::init(): environment → store → process groups. See cohort/context.h.
+#include "cohort/context.h"
+
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef USE_C10D_GLOO
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
+#ifdef USE_C10D_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+#include <ATen/Parallel.h>
+
+#include <cmath>
+
+#include "cohort/error.h"
+#include "log.h"
+#include "net_util.h"
+
+namespace cohort {
+namespace {
+
+std::string seconds_text(std::chrono::milliseconds ms) {
+  double s = ms.count() / 1000.0;
+  std::ostringstream os;
+  os << (s == std::floor(s) ? static_cast<long long>(s) : s) << " s";
+  return os.str();
+}
+
+void apply_env_overrides(InitOptions& options, int rank) {
+  auto seconds = [&](const char* var, std::chrono::milliseconds& target) {
+    if (auto v = process_env(var)) {
+      try {
+        double s = std::stod(*v);
+        if (s <= 0) throw std::invalid_argument("not positive");
+        target = std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
+      } catch (const std::exception&) {
+        throw ConfigError(rank, std::string(var) + "='" + *v + "' is not a positive number of seconds");
+      }
+    }
+  };
+  seconds("COHORT_STORE_TIMEOUT_S", options.store_timeout);
+  seconds("COHORT_COLLECTIVE_TIMEOUT_S", options.collective_timeout);
+  if (auto v = process_env("COHORT_THREADS")) {
+    try {
+      options.threads = std::stoi(*v);
+    } catch (const std::exception&) {
+      throw ConfigError(rank, "COHORT_THREADS='" + *v + "' is not a number");
+    }
+  }
+}
+
+c10::intrusive_ptr<c10d::Store> connect_store(const JobEnv& env, const InitOptions& options) {
+  if (env.world_size == 1) return c10::make_intrusive<c10d::HashStore>();
+  c10d::TCPStoreOptions opts;
+  opts.port = static_cast<std::uint16_t>(env.master_port);
+  opts.isServer = env.rank == 0;
+  opts.numWorkers = env.world_size;
+  opts.waitWorkers = true;  // rank 0 returns only once every rank has connected (or times out)
+  opts.timeout = options.store_timeout;
+  const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
+  try {
+    return c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
+  } catch (const std::exception& e) {
+    std::string cause = e.what();
+    cause = cause.substr(0, cause.find('\n'));
+    if (env.rank == 0 && cause.find("ddress already in use") != std::string::npos) {
+      throw ConfigError(0, "could not host the store on port " + std::to_string(env.master_port) +
+                               ": the port is already in use; choose another MASTER_PORT (" + cause + ")");
+    }
+    if (env.rank == 0) {
+      throw TimeoutError(0, "not every one of the " + std::to_string(env.world_size) +
+                                " ranks reached the store at " + where + " within " +
+                                seconds_text(options.store_timeout) +
+                                "; check that all ranks were started with the same MASTER_ADDR/PORT (" +
+                                cause + ")");
+    }
+    throw TimeoutError(env.rank, "could not reach the store at " + where + " within " +
+                                     seconds_text(options.store_timeout) +
+                                     "; is rank 0 running and MASTER_ADDR/MASTER_PORT right? (" + cause + ")");
+  }
+}
+
+#ifdef USE_C10D_GLOO
+std::shared_ptr<::gloo::transport::Device> gloo_device(const JobEnv& env) {
+  for (const char* var : {"COHORT_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"}) {
+    if (auto ifname = process_env(var)) return c10d::ProcessGroupGloo::createDeviceForInterface(*ifname);
+  }
+  if (env.world_size == 1 || detail::is_loopback(env.master_addr)) {
+    return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  }
+  // The address that routes to the store's host is the one peers can reach us on; this works
+  // where the hostname does not resolve (containers, network namespaces).
+  std::string local = detail::local_address_towards(env.master_addr);
+  if (local.empty()) return c10d::ProcessGroupGloo::createDefaultDevice();
+  return c10d::ProcessGroupGloo::createDeviceForHostname(local);
+}
+#endif
+
+}  // namespace
+
+Context::Context(JobEnv env, c10::intrusive_ptr<c10d::Store> store, const InitOptions& options)
+    : env_(std::move(env)), options_(options), store_(std::move(store)) {
+#ifdef USE_C10D_GLOO
+  auto opts = c10d::ProcessGroupGloo::Options::create(options_.collective_timeout);
+  opts->devices.push_back(gloo_device(env_));
+  try {
+    cpu_group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(
+        c10::make_intrusive<c10d::PrefixStore>("cohort/gloo", store_), env_.rank, env_.world_size, opts);
+  } catch (const std::exception& e) {
+    std::string cause = e.what();
+    throw CommError(env_.rank, "could not connect the Gloo process group to the other " +
+                                   std::to_string(env_.world_size - 1) + " ranks (" +
+                                   cause.substr(0, cause.find('\n')) + ")");
+  }
+#endif
+}
+
+Context::~Context() = default;
+
+const c10::intrusive_ptr<Backend>& Context::group(const c10::Device& device) const {
+  if (device.is_cuda()) {
+#ifdef USE_C10D_NCCL
+    if (!cuda_group_) {
+      cuda_group_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(
+          c10::make_intrusive<c10d::PrefixStore>("cohort/nccl", store_), env_.rank, env_.world_size,
+          c10d::ProcessGroupNCCL::Options::create());
+    }
+    return cuda_group_;
+#else
+    throw ConfigError(env_.rank, "CUDA tensors need NCCL, and this libtorch was built without it");
+#endif
+  }
+  if (!cpu_group_) {
+    throw ConfigError(env_.rank,
+                      "CPU tensors need the Gloo backend, and cohort was built without Gloo headers "
+                      "(install libgloo-dev, or use CUDA tensors with NCCL)");
+  }
+  return cpu_group_;
+}
+
+void Context::barrier() { group()->barrier()->wait(); }
+
+std::shared_ptr<Context> init(InitOptions options) {
+  JobEnv env = resolve_job_env();
+  detail::set_log_rank(env.rank, env.node_rank);
+  apply_env_overrides(options, env.rank);
+  if (options.threads > 0) at::set_num_threads(options.threads);
+  detail::log_info("joining a job of " + std::to_string(env.world_size) + " (from " + env.source +
+                   " variables), store " + env.master_addr + ":" + std::to_string(env.master_port));
+  auto store = connect_store(env, options);
+  auto ctx = std::make_shared<Context>(env, store, options);
+  detail::log_info("joined: rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size));
+  return ctx;
+}
+
+}  // namespace cohort

@@ -1,0 +1,40 @@
+#include "net_util.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+
+namespace cohort::detail {
+
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+std::string local_address_towards(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), "9", &hints, &res) != 0 || res == nullptr) return "";
+  std::string out;
+  int fd = socket(res->ai_family, SOCK_DGRAM, 0);
+  if (fd >= 0) {
+    // connect() on UDP only picks a route and a source address; no packet leaves.
+    if (connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+      sockaddr_in local{};
+      socklen_t len = sizeof(local);
+      if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+        char buf[INET_ADDRSTRLEN];
+        if (inet_ntop(AF_INET, &local.sin_addr, buf, sizeof(buf))) out = buf;
+      }
+    }
+    close(fd);
+  }
+  freeaddrinfo(res);
+  return out;
+}
+
+}  // namespace cohort::detail
