@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs cohort's dependencies from Debian 12's packages (only those missing) and builds cohort
+# into build/. Idempotent: a second run installs nothing and rebuilds only what changed.
+# A libtorch 2.x is used instead of Debian's 1.13 when CMAKE_PREFIX_PATH points at it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  g++ cmake ninja-build pkg-config  # toolchain
+  libtorch-dev          # libtorch 1.13: tensors, autograd, nn, optim, data, c10d (TCPStore, Gloo)
+  libgloo-dev           # Gloo headers, needed to compile against c10d's ProcessGroupGloo
+  nlohmann-json3-dev    # JSON (result lines, sampler state, later manifests and metrics)
+  libcli11-dev          # command-line parsing (cohort, examples)
+  libspdlog-dev         # the logger
+  libxxhash-dev         # fast hashes: model signatures, parameter checksums, later file checksums
+  zlib1g-dev            # reading gzipped IDX files
+  libgtest-dev          # GoogleTest
+  dataset-fashion-mnist # the example's data set (gzipped IDX under /usr/share/datasets/fashion-mnist)
+  python3-torch         # the peer: PyTorch's Python DDP/DistributedSampler on the same libtorch (tests, bench)
+  procps                # ps/pgrep, used by the process tests
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE="${COHORT_BUILD_TYPE:-Release}" ${CMAKE_PREFIX_PATH:+-DCMAKE_PREFIX_PATH="$CMAKE_PREFIX_PATH"} >/dev/null
+cmake --build build
