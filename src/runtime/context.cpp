@@ -13,6 +13,7 @@
 #include <ATen/Parallel.h>
 
 #include <cmath>
+#include <thread>
 
 #include "cohort/error.h"
 #include "log.h"
@@ -57,29 +58,41 @@ c10::intrusive_ptr<c10d::Store> connect_store(const JobEnv& env, const InitOptio
   opts.port = static_cast<std::uint16_t>(env.master_port);
   opts.isServer = env.rank == 0;
   opts.numWorkers = env.world_size;
-  opts.waitWorkers = true;  // rank 0 returns only once every rank has connected (or times out)
+  opts.waitWorkers = false;  // we wait ourselves below, with a timeout and a count for the message
   opts.timeout = options.store_timeout;
   const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
+  c10::intrusive_ptr<c10d::Store> store;
   try {
-    return c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
+    store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
   } catch (const std::exception& e) {
     std::string cause = e.what();
     cause = cause.substr(0, cause.find('\n'));
-    if (env.rank == 0 && cause.find("ddress already in use") != std::string::npos) {
-      throw ConfigError(0, "could not host the store on port " + std::to_string(env.master_port) +
-                               ": the port is already in use; choose another MASTER_PORT (" + cause + ")");
-    }
     if (env.rank == 0) {
-      throw TimeoutError(0, "not every one of the " + std::to_string(env.world_size) +
-                                " ranks reached the store at " + where + " within " +
-                                seconds_text(options.store_timeout) +
-                                "; check that all ranks were started with the same MASTER_ADDR/PORT (" +
-                                cause + ")");
+      throw ConfigError(0, "could not host the store on port " + std::to_string(env.master_port) + " of " +
+                               env.master_addr + "; is the port in use? choose another MASTER_PORT (" + cause + ")");
     }
     throw TimeoutError(env.rank, "could not reach the store at " + where + " within " +
                                      seconds_text(options.store_timeout) +
                                      "; is rank 0 running and MASTER_ADDR/MASTER_PORT right? (" + cause + ")");
   }
+  // Every rank counts itself in, then waits until all have: a missing rank is reported here,
+  // with how many came, instead of as a timeout deep inside the process group's set-up.
+  const std::string key = "cohort/init/joined";
+  int64_t joined = store->add(key, 1);
+  const auto deadline = std::chrono::steady_clock::now() + options.store_timeout;
+  auto pause = std::chrono::milliseconds(2);
+  while (joined < env.world_size) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      throw TimeoutError(env.rank, "only " + std::to_string(joined) + " of the " + std::to_string(env.world_size) +
+                                       " ranks reached the store at " + where + " within " +
+                                       seconds_text(options.store_timeout) +
+                                       "; were all ranks started, with the same MASTER_ADDR/MASTER_PORT?");
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(50));
+    joined = store->add(key, 0);
+  }
+  return store;
 }
 
 #ifdef USE_C10D_GLOO

@@ -1,0 +1,63 @@
+// `cohort run`'s options. See cli.h; meanings and defaults are in options.h and docs/launcher.md.
+#include "cli.h"
+
+namespace cohort::launcher {
+
+CLI::App* add_run_command(CLI::App& app, RunOptions& o) {
+  CLI::App* run = app.add_subcommand(
+      "run", "Start PROGRAM as the workers of a distributed job and supervise them.\nUsage: cohort run [OPTIONS] [--] PROGRAM [ARGS...]");
+  run->add_option("--nproc-per-node,--nproc_per_node", o.nproc_per_node,
+                  "Workers on this node (default: one per GPU where CUDA is present, else one per CPU core)");
+  run->add_option("--nnodes", o.nnodes, "Number of nodes (machines) in the job")->capture_default_str();
+  run->add_option("--node-rank,--node_rank", o.node_rank, "This node's rank, 0..nnodes-1")->capture_default_str();
+  run->add_option("--master-addr,--master_addr", o.master_addr,
+                  "Address of node 0: the workers' store and the agents' rendezvous listen there")
+      ->capture_default_str();
+  run->add_option("--master-port,--master_port", o.master_port,
+                  "Port of the workers' store; the agents use the next port (default: a free port on one "
+                  "machine, 29500 on several)");
+  run->add_option("--log-dir,--log_dir", o.log_dir, "Also write each rank's output to DIR/rank<R>.log");
+  run->add_option("--threads-per-proc", o.threads_per_proc,
+                  "Intra-op threads per worker: COHORT_THREADS and OMP_NUM_THREADS (default: cores / workers)");
+  run->add_option("--rdzv-timeout", o.rdzv_timeout_s, "Seconds the nodes wait for each other at start")
+      ->capture_default_str();
+  run->add_option("--stop-timeout", o.stop_grace_s, "Seconds between SIGTERM and SIGKILL when stopping workers")
+      ->capture_default_str();
+  run->add_option("--tail-lines", o.tail_lines, "Lines of a failed worker's output quoted in the summary")
+      ->capture_default_str();
+  run->add_flag("-v,--verbose", o.verbose, "Say where the workers started");
+  return run;
+}
+
+std::vector<std::string> split_at_program(const std::vector<std::string>& args, const CLI::App& run,
+                                          std::vector<std::string>& command) {
+  std::vector<std::string> before;
+  size_t i = 0;
+  // Up to and including the subcommand name.
+  for (; i < args.size(); ++i) {
+    before.push_back(args[i]);
+    if (args[i] == run.get_name()) {
+      ++i;
+      break;
+    }
+  }
+  for (; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--") {
+      command.assign(args.begin() + static_cast<long>(i) + 1, args.end());
+      return before;
+    }
+    if (a.size() > 1 && a[0] == '-') {
+      before.push_back(a);
+      if (a.find('=') != std::string::npos) continue;
+      const CLI::Option* opt = run.get_option_no_throw(a);
+      if (opt != nullptr && opt->get_type_size() != 0 && i + 1 < args.size()) before.push_back(args[++i]);
+      continue;  // unknown options stay for CLI11 to report
+    }
+    command.assign(args.begin() + static_cast<long>(i), args.end());
+    return before;
+  }
+  return before;
+}
+
+}  // namespace cohort::launcher

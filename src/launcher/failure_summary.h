@@ -1,0 +1,33 @@
+// launcher/failure_summary.h — how a worker ended, in words, and the report printed when a job fails.
+#pragma once
+
+#include <sys/types.h>
+
+#include <deque>
+#include <string>
+
+namespace cohort::launcher {
+
+/// "exited with code 3", "was killed by signal 9 (SIGKILL: Killed)" from a waitpid() status.
+std::string describe_exit(int wait_status);
+
+/// True when the status is a clean exit with code 0.
+bool exited_ok(int wait_status);
+
+struct WorkerFailure {
+  int rank = 0;
+  int local_rank = 0;
+  int node_rank = 0;
+  pid_t pid = 0;
+  int wait_status = 0;
+  std::deque<std::string> last_lines;
+};
+
+/// The multi-line failure summary:
+///   cohort run: job failed: rank 1 (node 0, local rank 1, pid 4242) exited with code 3
+///     last 2 lines of rank 1's output:
+///       [1] loading data
+///       [1] error: no such file
+std::string failure_summary(const WorkerFailure& failure);
+
+}  // namespace cohort::launcher

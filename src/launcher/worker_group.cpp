@@ -1,0 +1,167 @@
+// Starting, watching and stopping one node's workers. See worker_group.h.
+#include "worker_group.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include "cohort/error.h"
+#include "signal_pipe.h"
+#include "spawn.h"
+
+namespace cohort::launcher {
+namespace {
+
+void make_dirs(const std::string& dir) {
+  std::string path;
+  size_t pos = 0;
+  while (pos != std::string::npos) {
+    pos = dir.find('/', pos + 1);
+    path = dir.substr(0, pos);
+    if (!path.empty() && mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) {
+      throw ConfigError(-1, "cannot create the log directory " + dir + ": " + std::strerror(errno));
+    }
+  }
+}
+
+}  // namespace
+
+WorkerGroup::~WorkerGroup() {
+  for (auto& w : workers_) {
+    if (!w.exited && w.pid > 0) {
+      kill(-w.pid, SIGKILL);
+      waitpid(w.pid, nullptr, 0);
+    }
+    for (int& fd : w.fds) {
+      if (fd >= 0) close(fd);
+    }
+  }
+}
+
+void WorkerGroup::start(const std::vector<WorkerPlace>& places, const std::vector<std::string>& command,
+                        const std::string& log_dir, size_t tail_lines) {
+  if (!log_dir.empty()) make_dirs(log_dir);
+  const std::vector<std::string> base = current_environment();
+  workers_.reserve(places.size());
+  for (const WorkerPlace& place : places) {
+    Worker w;
+    w.place = place;
+    std::string log_path = log_dir.empty() ? "" : log_dir + "/rank" + std::to_string(place.rank) + ".log";
+    w.relay = std::make_unique<OutputRelay>(place.rank, log_path, tail_lines);
+    SpawnedProcess p = spawn_worker(command, merge_environment(base, worker_variables(place)));
+    w.pid = p.pid;
+    w.fds[0] = p.stdout_fd;
+    w.fds[1] = p.stderr_fd;
+    workers_.push_back(std::move(w));
+  }
+}
+
+void WorkerGroup::add_pollfds(std::vector<pollfd>& fds) const {
+  for (const auto& w : workers_) {
+    for (int fd : w.fds) {
+      if (fd >= 0) fds.push_back({fd, POLLIN, 0});
+    }
+  }
+}
+
+void WorkerGroup::pump(const std::vector<pollfd>& ready) {
+  for (const pollfd& p : ready) {
+    if (!(p.revents & (POLLIN | POLLHUP | POLLERR))) continue;
+    for (auto& w : workers_) {
+      for (int s = 0; s < 2; ++s) {
+        if (w.fds[s] != p.fd) continue;
+        if (!w.relay->pump(w.fds[s], static_cast<OutputRelay::Stream>(s))) {
+          close(w.fds[s]);
+          w.fds[s] = -1;
+        }
+      }
+    }
+  }
+}
+
+void WorkerGroup::drain(Worker& w) {
+  for (int s = 0; s < 2; ++s) {
+    if (w.fds[s] >= 0 && !w.relay->pump(w.fds[s], static_cast<OutputRelay::Stream>(s))) {
+      close(w.fds[s]);
+      w.fds[s] = -1;
+    }
+  }
+  w.relay->flush_partial();
+}
+
+std::vector<size_t> WorkerGroup::reap() {
+  std::vector<size_t> ended;
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    Worker& w = workers_[i];
+    if (w.exited) continue;
+    int status = 0;
+    pid_t r = waitpid(w.pid, &status, WNOHANG);
+    if (r == w.pid) {
+      w.exited = true;
+      w.wait_status = status;
+      drain(w);
+      ended.push_back(i);
+    }
+  }
+  return ended;
+}
+
+bool WorkerGroup::all_exited() const {
+  for (const auto& w : workers_) {
+    if (!w.exited) return false;
+  }
+  return true;
+}
+
+bool WorkerGroup::all_succeeded() const {
+  for (const auto& w : workers_) {
+    if (!w.exited || !exited_ok(w.wait_status)) return false;
+  }
+  return true;
+}
+
+WorkerFailure WorkerGroup::failure_of(const Worker& w) const {
+  return {w.place.rank, w.place.local_rank, w.place.node_rank, w.pid, w.wait_status, w.relay->tail()};
+}
+
+void WorkerGroup::kill_groups(int sig) {
+  for (const auto& w : workers_) {
+    // The group outlives its leader while the worker's own children live; the leader's pid is
+    // not reused before it is reaped, so signalling -pid reaches only this worker's processes.
+    if (!w.exited) kill(-w.pid, sig);
+  }
+}
+
+void WorkerGroup::stop(double grace_s, SignalPipe& signals) {
+  using clock = std::chrono::steady_clock;
+  kill_groups(SIGTERM);
+  const auto deadline = clock::now() + std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000));
+  reap();
+  while (!all_exited() && clock::now() < deadline) {
+    std::vector<pollfd> fds{{signals.fd(), POLLIN, 0}};
+    add_pollfds(fds);
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count();
+    poll(fds.data(), fds.size(), static_cast<int>(std::min<int64_t>(std::max<int64_t>(left, 0), 100)));
+    bool hurry = false;
+    for (int sig : signals.drain()) hurry = hurry || sig == SIGINT || sig == SIGTERM || sig == SIGHUP;
+    pump(fds);
+    reap();
+    if (hurry) break;  // a second Ctrl-C: no more grace
+  }
+  kill_groups(SIGKILL);
+  for (auto& w : workers_) {
+    if (w.exited) continue;
+    waitpid(w.pid, &w.wait_status, 0);
+    w.exited = true;
+    drain(w);
+  }
+  // Children the workers left behind in their groups (the leaders are reaped, the groups may not be).
+  for (const auto& w : workers_) kill(-w.pid, SIGKILL);
+}
+
+}  // namespace cohort::launcher

@@ -1,0 +1,69 @@
+// launcher/worker_group.h — the workers of one node for one attempt: start them, relay their output,
+// notice when they end, stop them.
+//
+// Owns the processes and their pipes; knows nothing of other nodes or of policy (what a failure
+// means is the supervisor's business). A later restart creates a fresh WorkerGroup per attempt.
+#pragma once
+
+#include <poll.h>
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "failure_summary.h"
+#include "output_relay.h"
+#include "worker_env.h"
+
+namespace cohort::launcher {
+
+class SignalPipe;
+
+struct Worker {
+  WorkerPlace place;
+  pid_t pid = -1;
+  int fds[2] = {-1, -1};  // stdout, stderr read ends; -1 once at end-of-file
+  std::unique_ptr<OutputRelay> relay;
+  bool exited = false;
+  int wait_status = 0;
+};
+
+class WorkerGroup {
+ public:
+  WorkerGroup() = default;
+  ~WorkerGroup();  // kills and reaps whatever still runs (a safety net; stop() is the normal path)
+  WorkerGroup(const WorkerGroup&) = delete;
+  WorkerGroup& operator=(const WorkerGroup&) = delete;
+
+  /// Spawns one worker per place. log_dir empty: no log files. Throws cohort::ConfigError.
+  void start(const std::vector<WorkerPlace>& places, const std::vector<std::string>& command,
+             const std::string& log_dir, size_t tail_lines);
+
+  /// Adds the open output pipes to `fds` (events POLLIN).
+  void add_pollfds(std::vector<pollfd>& fds) const;
+  /// Relays output from the pipes poll() marked ready (entries not ours are ignored).
+  void pump(const std::vector<pollfd>& ready);
+  /// Reads what is left in a worker's pipes without waiting, and finishes its last line.
+  void drain(Worker& w);
+
+  /// Collects ended workers (waitpid, no waiting); returns the indices of those that ended now.
+  std::vector<size_t> reap();
+
+  bool all_exited() const;
+  bool all_succeeded() const;
+  std::vector<Worker>& workers() { return workers_; }
+
+  WorkerFailure failure_of(const Worker& w) const;
+
+  /// Stops every worker still running: SIGTERM to each worker's process group, output relayed
+  /// while waiting up to grace_s, then SIGKILL; a second SIGINT/SIGTERM on `signals` skips the
+  /// wait. Returns when every worker is reaped, having killed what was left in their groups.
+  void stop(double grace_s, SignalPipe& signals);
+
+ private:
+  void kill_groups(int sig);
+  std::vector<Worker> workers_;
+};
+
+}  // namespace cohort::launcher

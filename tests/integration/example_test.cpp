@@ -1,0 +1,64 @@
+// The Fashion-MNIST example as a user runs it: two processes agree on their parameters, and a
+// missing data set is a one-line error.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <regex>
+
+#include "support/subprocess.h"
+
+namespace {
+
+using cohort::testing::contains;
+using cohort::testing::free_port;
+using cohort::testing::run_shell;
+
+const std::string kExample = COHORT_FASHION_MNIST;
+
+bool have_dataset() { return std::ifstream("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz").good(); }
+
+std::vector<std::string> checksums(const std::string& output) {
+  std::vector<std::string> out;
+  std::regex re("\"param_checksum\":\"([0-9a-f]{16})\"");
+  for (std::sregex_iterator it(output.begin(), output.end(), re), end; it != end; ++it) out.push_back((*it)[1]);
+  return out;
+}
+
+TEST(Example, MissingDataDirectoryIsAOneLineError) {
+  auto r = run_shell("env -i " + kExample + " --data /nonexistent/fashion --max-steps 1");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.output,
+            "fashion_mnist: rank 0: Fashion-MNIST directory not found: /nonexistent/fashion (install Debian's "
+            "dataset-fashion-mnist, or pass --data DIR)\n");
+}
+
+TEST(Example, BadFlagIsRejected) {
+  auto r = run_shell("env -i " + kExample + " --model transformer");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(contains(r.output, "--model")) << r.output;
+}
+
+TEST(Example, TwoRanksTrainAndAgreeOnParametersAndAreReproducible) {
+  if (!have_dataset()) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  auto job = [&] {
+    const std::string port = std::to_string(free_port());
+    std::string cmd;
+    for (int r = 0; r < 2; ++r) {
+      cmd += "env -i RANK=" + std::to_string(r) + " WORLD_SIZE=2 MASTER_PORT=" + port + " timeout 120 " + kExample +
+             " --max-steps 30 --no-eval --threads 1 --log-every 0 & ";
+    }
+    return run_shell(cmd + "wait");
+  };
+  auto first = job();
+  auto sums = checksums(first.output);
+  ASSERT_EQ(sums.size(), 2u) << first.output;
+  EXPECT_EQ(sums[0], sums[1]) << "ranks disagree";
+  EXPECT_TRUE(contains(first.output, "\"steps\":30")) << first.output;
+  EXPECT_TRUE(contains(first.output, "\"world_size\":2")) << first.output;
+  // Fixed seed, one thread, same world size: bitwise the same parameters again.
+  auto again = checksums(job().output);
+  ASSERT_EQ(again.size(), 2u);
+  EXPECT_EQ(again[0], sums[0]);
+}
+
+}  // namespace

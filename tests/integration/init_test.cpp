@@ -1,0 +1,111 @@
+// cohort::init() in real processes: joining through each family of variables, a world of one,
+// and the errors for a half-set environment, an unreachable store and a port in use.
+#include <gtest/gtest.h>
+
+#include "support/subprocess.h"
+
+namespace {
+
+using cohort::testing::contains;
+using cohort::testing::free_port;
+using cohort::testing::run_shell;
+
+const std::string kProbe = COHORT_INIT_PROBE;
+
+// Starts `world` probes in the background with the variables `vars(rank)` and waits for all.
+cohort::testing::Run run_job(int world, const std::function<std::string(int)>& vars) {
+  std::string cmd;
+  for (int r = 0; r < world; ++r) cmd += "env " + vars(r) + " timeout 60 " + kProbe + " & ";
+  cmd += "wait";
+  return run_shell(cmd);
+}
+
+TEST(Init, WithoutVariablesIsAWorldOfOne) {
+  auto r = run_shell("env -i " + kProbe);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "rank 0 world 1 local 0 source none sum 1")) << r.output;
+}
+
+TEST(Init, TorchrunVariablesJoinTwoProcesses) {
+  const int port = free_port();
+  auto r = run_job(2, [&](int rank) {
+    return "RANK=" + std::to_string(rank) + " WORLD_SIZE=2 LOCAL_RANK=" + std::to_string(rank) +
+           " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port);
+  });
+  EXPECT_TRUE(contains(r.output, "rank 0 world 2 local 0 source torchrun sum 2")) << r.output;
+  EXPECT_TRUE(contains(r.output, "rank 1 world 2 local 1 source torchrun sum 2")) << r.output;
+}
+
+TEST(Init, CohortVariablesJoinThreeProcesses) {
+  const int port = free_port();
+  auto r = run_job(3, [&](int rank) {
+    return "COHORT_RANK=" + std::to_string(rank) + " COHORT_WORLD_SIZE=3 COHORT_MASTER_PORT=" + std::to_string(port) +
+           " RANK=9 WORLD_SIZE=10";  // ignored: cohort's own variables come first
+  });
+  for (int rank = 0; rank < 3; ++rank) {
+    EXPECT_TRUE(contains(r.output, "rank " + std::to_string(rank) + " world 3 local " + std::to_string(rank) +
+                                       " source cohort sum 3"))
+        << r.output;
+  }
+}
+
+TEST(Init, OpenMpiAndSlurmVariablesJoin) {
+  const int port = free_port();
+  auto r = run_job(2, [&](int rank) {
+    return "OMPI_COMM_WORLD_RANK=" + std::to_string(rank) + " OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_LOCAL_RANK=0 MASTER_PORT=" +
+           std::to_string(port);
+  });
+  EXPECT_TRUE(contains(r.output, "rank 1 world 2 local 0 source openmpi sum 2")) << r.output;
+  const int port2 = free_port();
+  r = run_job(2, [&](int rank) {
+    return "SLURM_PROCID=" + std::to_string(rank) + " SLURM_NTASKS=2 SLURM_LOCALID=" + std::to_string(rank) +
+           " MASTER_PORT=" + std::to_string(port2);
+  });
+  EXPECT_TRUE(contains(r.output, "rank 1 world 2 local 1 source slurm sum 2")) << r.output;
+}
+
+TEST(Init, HalfSetEnvironmentIsAOneLineError) {
+  auto r = run_shell("env -i RANK=1 " + kProbe);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.output, "cohort: RANK is set but WORLD_SIZE is not\n");
+}
+
+TEST(Init, UnreachableStoreFailsWithinTheTimeout) {
+  const int port = free_port();  // nobody listens there
+  auto r = run_shell("env -i RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) +
+                     " COHORT_STORE_TIMEOUT_S=2 timeout 60 " + kProbe);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "rank 1: could not reach the store at 127.0.0.1:" + std::to_string(port) +
+                                     " within 2 s"))
+      << r.output;
+  EXPECT_LT(r.seconds, 30) << "far beyond the 2 s store timeout";
+}
+
+TEST(Init, RankZeroAloneTimesOutWaitingForTheOthers) {
+  const int port = free_port();
+  auto r = run_shell("env -i RANK=0 WORLD_SIZE=2 MASTER_PORT=" + std::to_string(port) +
+                     " COHORT_STORE_TIMEOUT_S=2 timeout 60 " + kProbe);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "rank 0: only 1 of the 2 ranks reached the store at 127.0.0.1:" +
+                                     std::to_string(port) + " within 2 s"))
+      << r.output;
+  EXPECT_LT(r.seconds, 30);
+}
+
+TEST(Init, PortInUseIsNamed) {
+  const int port = free_port();
+  // A listener of our own holds the port while rank 0 tries to host the store there.
+  auto r = run_shell("python3 -c 'import socket,time; s=socket.socket(); s.bind((\"127.0.0.1\"," + std::to_string(port) +
+                     ")); s.listen(); time.sleep(30)' & holder=$!; sleep 1; env -i RANK=0 WORLD_SIZE=2 MASTER_PORT=" +
+                     std::to_string(port) + " COHORT_STORE_TIMEOUT_S=2 timeout 60 " + kProbe + "; echo exit=$?; kill $holder");
+  EXPECT_TRUE(contains(r.output, "exit=2")) << r.output;
+  EXPECT_TRUE(contains(r.output, "rank 0: could not host the store on port " + std::to_string(port))) << r.output;
+}
+
+TEST(Init, BadTimeoutValueIsNamed) {
+  auto r = run_shell("env -i COHORT_STORE_TIMEOUT_S=soon " + kProbe);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(contains(r.output, "rank 0: COHORT_STORE_TIMEOUT_S='soon' is not a positive number of seconds")) << r.output;
+}
+
+}  // namespace

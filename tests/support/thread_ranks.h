@@ -1,0 +1,53 @@
+// Runs W ranks as threads of this process, each with its own Context (own Gloo process group)
+// over one shared in-memory store — the fast way to test multi-rank logic (DESIGN.md, Tests).
+#pragma once
+
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+#include <atomic>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cohort/context.h"
+
+namespace cohort::testing {
+
+/// Calls fn(ctx) on `world` threads; returns each rank's exception (nullptr where none).
+inline std::vector<std::exception_ptr> run_ranks_collect(int world, const std::function<void(std::shared_ptr<Context>)>& fn) {
+  static std::atomic<int> job{0};
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  const std::string prefix = "job" + std::to_string(job++);
+  std::vector<std::exception_ptr> errors(world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        JobEnv env;
+        env.rank = r;
+        env.world_size = world;
+        InitOptions options;
+        options.collective_timeout = std::chrono::seconds(60);
+        auto ctx = std::make_shared<Context>(env, c10::make_intrusive<c10d::PrefixStore>(prefix, store), options);
+        fn(ctx);
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+/// Like run_ranks_collect, but rethrows the first rank's exception.
+inline void run_ranks(int world, const std::function<void(std::shared_ptr<Context>)>& fn) {
+  for (auto& e : run_ranks_collect(world, fn)) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+}  // namespace cohort::testing
