@@ -32,6 +32,7 @@ struct Flags {
   double bucket_cap_mb = 25;
   bool reference = false;
   bool no_eval = false;
+  bool plain = false;
   int log_every = 100;
 };
 
@@ -50,74 +51,97 @@ double evaluate(torch::nn::Module& net, const std::function<torch::Tensor(torch:
   return static_cast<double>(correct) / static_cast<double>(n);
 }
 
-template <typename Net>
-int train(const Flags& flags, Net net) {
-  auto ctx = cohort::init();
-  const int rank = ctx->rank();
-  int threads = flags.threads;
-  if (threads <= 0 && !std::getenv("COHORT_THREADS")) {
-    threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / ctx->local_world_size());
-  }
-  if (threads > 0) torch::set_num_threads(threads);
+// The training loop, the same with and without cohort: `forward` is the DDP module's or the
+// plain module's; `world` and `rank` are 1 and 0 for a plain run.
+struct Outcome {
+  int64_t steps = 0;
+  double last_loss = 0, samples_per_s = 0;
+};
 
-  FashionMnist train_set(flags.data, /*train=*/true, rank);
-  FashionMnist test_set(flags.data, /*train=*/false, rank);
-
-  cohort::DDPOptions ddp_options;
-  ddp_options.bucket_cap_mb = flags.bucket_cap_mb;
-  ddp_options.reference_mode = flags.reference;
-  auto model = cohort::DistributedDataParallel(net, ctx, ddp_options);
-
-  cohort::DistributedSampler sampler(train_set.size().value(), *ctx, {.shuffle = true, .seed = flags.seed});
+template <typename Forward>
+Outcome train_loop(const Flags& flags, FashionMnist& train_set, cohort::DistributedSampler& sampler,
+                   std::vector<torch::Tensor> parameters, Forward forward, int rank, int world) {
   auto loader = torch::data::make_data_loader(train_set, sampler, torch::data::DataLoaderOptions(flags.batch_size));
-  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(flags.lr).momentum(flags.momentum));
-
+  torch::optim::SGD optimizer(parameters, torch::optim::SGDOptions(flags.lr).momentum(flags.momentum));
   using clock = std::chrono::steady_clock;
-  int64_t step = 0, timed_steps = 0;
+  Outcome out;
+  int64_t timed_steps = 0;
   clock::time_point timer_start;
-  double timed_seconds = 0, last_loss = 0;
   bool done = false;
   for (int epoch = static_cast<int>(sampler.epoch()); epoch < flags.epochs && !done; ++epoch) {
     sampler.set_epoch(epoch);
     for (auto& batch : *loader) {
       optimizer.zero_grad();
-      auto loss = torch::nll_loss(model->forward(batch.data), batch.target);
-      loss.backward();  // gradients are averaged across ranks here
+      auto loss = torch::nll_loss(forward(batch.data), batch.target);
+      loss.backward();  // with DDP, gradients are averaged across ranks here
       optimizer.step();
-      last_loss = loss.template item<double>();
-      ++step;
-      if (step == flags.warmup_steps) timer_start = clock::now();
-      if (step > flags.warmup_steps) ++timed_steps;
-      if (rank == 0 && flags.log_every > 0 && step % flags.log_every == 0) {
-        std::cout << "epoch " << epoch << " step " << step << " loss " << last_loss << std::endl;
+      out.last_loss = loss.template item<double>();
+      ++out.steps;
+      if (out.steps == flags.warmup_steps) timer_start = clock::now();
+      if (out.steps > flags.warmup_steps) ++timed_steps;
+      if (rank == 0 && flags.log_every > 0 && out.steps % flags.log_every == 0) {
+        std::cout << "epoch " << epoch << " step " << out.steps << " loss " << out.last_loss << std::endl;
       }
-      if (flags.max_steps > 0 && step >= flags.max_steps) {
+      if (flags.max_steps > 0 && out.steps >= flags.max_steps) {
         done = true;
         break;
       }
     }
   }
-  if (timed_steps > 0) timed_seconds = std::chrono::duration<double>(clock::now() - timer_start).count();
-
-  double accuracy = -1;
-  if (!flags.no_eval) {
-    accuracy = evaluate(*model, [&](torch::Tensor x) { return model->module()->forward(x); }, test_set);
+  if (timed_steps > 0) {
+    const double seconds = std::chrono::duration<double>(clock::now() - timer_start).count();
+    out.samples_per_s = static_cast<double>(timed_steps) * flags.batch_size * world / seconds;
   }
-  // The job's loss: the last step's loss averaged over ranks.
-  std::vector<torch::Tensor> loss_t{torch::tensor({last_loss / ctx->world_size()}, torch::kDouble)};
-  ctx->group()->allreduce(loss_t)->wait();
-  model->assert_in_sync();
+  return out;
+}
 
-  nlohmann::json result = {
-      {"rank", rank},
-      {"world_size", ctx->world_size()},
-      {"model", flags.model},
-      {"steps", step},
-      {"final_loss", loss_t[0].item<double>()},
-      {"test_accuracy", accuracy},
-      {"samples_per_s", timed_seconds > 0 ? static_cast<double>(timed_steps) * flags.batch_size * ctx->world_size() / timed_seconds : 0.0},
-      {"param_checksum", cohort::parameters_checksum(*model)},
-  };
+void set_threads(const Flags& flags, int local_world_size) {
+  int threads = flags.threads;
+  if (threads <= 0 && !std::getenv("COHORT_THREADS")) {
+    threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local_world_size);
+  }
+  if (threads > 0) torch::set_num_threads(threads);
+}
+
+template <typename Net>
+int train(const Flags& flags, Net net) {
+  std::shared_ptr<cohort::Context> ctx;
+  if (!flags.plain) ctx = cohort::init();
+  const int rank = ctx ? ctx->rank() : 0;
+  const int world = ctx ? ctx->world_size() : 1;
+  set_threads(flags, ctx ? ctx->local_world_size() : 1);
+
+  FashionMnist train_set(flags.data, /*train=*/true, rank);
+  FashionMnist test_set(flags.data, /*train=*/false, rank);
+  cohort::DistributedSampler sampler(train_set.size().value(), rank, world, {.shuffle = true, .seed = flags.seed});
+
+  Outcome outcome;
+  nlohmann::json result = {{"rank", rank}, {"world_size", world}, {"model", flags.model}};
+  if (flags.plain) {
+    // One process without cohort's runtime: the baseline for scaling efficiency.
+    outcome = train_loop(flags, train_set, sampler, net->parameters(), [&](torch::Tensor x) { return net->forward(x); },
+                         rank, world);
+    result["plain"] = true;
+  } else {
+    cohort::DDPOptions ddp_options;
+    ddp_options.bucket_cap_mb = flags.bucket_cap_mb;
+    ddp_options.reference_mode = flags.reference;
+    auto model = cohort::DistributedDataParallel(net, ctx, ddp_options);
+    outcome = train_loop(flags, train_set, sampler, model->parameters(),
+                         [&](torch::Tensor x) { return model->forward(x); }, rank, world);
+    // The job's loss: the last step's loss averaged over ranks.
+    std::vector<torch::Tensor> loss{torch::tensor({outcome.last_loss / world}, torch::kDouble)};
+    ctx->group()->allreduce(loss)->wait();
+    outcome.last_loss = loss[0].item<double>();
+    model->assert_in_sync();
+  }
+  double accuracy = -1;
+  if (!flags.no_eval) accuracy = evaluate(*net, [&](torch::Tensor x) { return net->forward(x); }, test_set);
+  result["steps"] = outcome.steps;
+  result["final_loss"] = outcome.last_loss;
+  result["test_accuracy"] = accuracy;
+  result["samples_per_s"] = outcome.samples_per_s;
+  result["param_checksum"] = cohort::parameters_checksum(*net);
   std::cout << result.dump() << std::endl;
   return 0;
 }
@@ -140,6 +164,7 @@ int main(int argc, char** argv) {
   app.add_option("--bucket-cap-mb", f.bucket_cap_mb, "DDP bucket capacity in MiB")->capture_default_str();
   app.add_flag("--reference", f.reference, "DDP reference mode: one allreduce per gradient after backward");
   app.add_flag("--no-eval", f.no_eval, "Skip the test-set evaluation");
+  app.add_flag("--plain", f.plain, "One process without cohort (no init, no DDP): the scaling baseline");
   app.add_option("--log-every", f.log_every, "Print the loss every N steps on rank 0 (0: never)");
   CLI11_PARSE(app, argc, argv);
 

@@ -28,7 +28,16 @@ struct InitOptions {
   std::chrono::milliseconds collective_timeout{std::chrono::seconds(300)};
   /// Intra-op threads for this process; 0 keeps libtorch's choice. COHORT_THREADS overrides it.
   int threads = 0;
+  /// When every rank runs on this machine, reduce CPU gradients through shared memory instead of
+  /// Gloo's TCP loopback (falls back to Gloo when /dev/shm is too small). COHORT_SHM=0 turns it off.
+  bool shm_allreduce = true;
+  /// Bytes per rank and chunk of the shared-memory allreduce. COHORT_SHM_SLOT_MB overrides it.
+  size_t shm_slot_bytes = 4u << 20;
 };
+
+namespace detail {
+class ShmAllreduce;
+}
 
 class Context {
  public:
@@ -52,6 +61,9 @@ class Context {
   const c10::intrusive_ptr<Backend>& group(const c10::Device& device) const;
   const c10::intrusive_ptr<Backend>& group() const { return group(c10::Device(c10::kCPU)); }
 
+  /// The shared-memory allreduce for CPU tensors when all ranks share this machine, else nullptr.
+  detail::ShmAllreduce* shm_allreduce() const { return shm_.get(); }
+
   /// Waits until every rank reaches this point (collective on the CPU group).
   void barrier();
 
@@ -65,6 +77,7 @@ class Context {
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<Backend> cpu_group_;
   mutable c10::intrusive_ptr<Backend> cuda_group_;  // created on first use
+  std::unique_ptr<detail::ShmAllreduce> shm_;
   std::atomic<int64_t> sequence_{0};
 };
 

@@ -52,7 +52,8 @@ DataParallelCore::DataParallelCore(std::shared_ptr<torch::nn::Module> module, st
   std::vector<torch::Tensor> state = impl_->params;
   state.insert(state.end(), impl_->buffers.begin(), impl_->buffers.end());
   broadcast_from_rank0(group, state, static_cast<int64_t>(options.bucket_cap_mb * 1024 * 1024) + 1);
-  impl_->reducer = GradReducer::create(std::move(trainable), c.group(device), c.rank(), c.world_size(), options);
+  impl_->reducer = GradReducer::create(std::move(trainable), c.group(device), c.shm_allreduce(), c.rank(),
+                                       c.world_size(), options);
 }
 
 DataParallelCore::~DataParallelCore() = default;

@@ -33,15 +33,22 @@ struct OnExit {
 }  // namespace
 
 std::shared_ptr<GradReducer> GradReducer::create(std::vector<Param> params, c10::intrusive_ptr<Backend> group,
-                                                 int rank, int world_size, const DDPOptions& options) {
-  std::shared_ptr<GradReducer> r(new GradReducer(std::move(params), std::move(group), rank, world_size, options));
+                                                 ShmAllreduce* shm, int rank, int world_size,
+                                                 const DDPOptions& options) {
+  std::shared_ptr<GradReducer> r(
+      new GradReducer(std::move(params), std::move(group), shm, rank, world_size, options));
   r->attach_hooks();  // needs shared_from_this, so not in the constructor
   return r;
 }
 
-GradReducer::GradReducer(std::vector<Param> params, c10::intrusive_ptr<Backend> group, int rank, int world_size,
-                         const DDPOptions& options)
-    : params_(std::move(params)), group_(std::move(group)), rank_(rank), world_(world_size), options_(options) {
+GradReducer::GradReducer(std::vector<Param> params, c10::intrusive_ptr<Backend> group, ShmAllreduce* shm, int rank,
+                         int world_size, const DDPOptions& options)
+    : params_(std::move(params)),
+      group_(std::move(group)),
+      shm_(shm),
+      rank_(rank),
+      world_(world_size),
+      options_(options) {
   if (options_.bucket_cap_mb <= 0 || options_.first_bucket_cap_mb <= 0) {
     throw ConfigError(rank_, "DDP bucket_cap_mb and first_bucket_cap_mb must be positive");
   }
@@ -74,6 +81,7 @@ void GradReducer::build_buckets() {
     const auto& t = params_[current.params.front()].tensor;
     current.flat = torch::zeros({current.numel + static_cast<int64_t>(current.params.size())}, t.options());
     current.used.assign(current.params.size(), 0.0f);
+    current.kept.resize(current.params.size());
     for (size_t k = 0; k < current.params.size(); ++k) {
       slots_[current.params[k]].bucket = buckets_.size();
       slots_[current.params[k]].index = k;
@@ -163,6 +171,7 @@ void GradReducer::begin_iteration() {
     b.pending = b.params.size();
     b.launched = false;
     b.work.reset();
+    b.shm_work.reset();
   }
   // Runs once the whole backward pass is done, on the thread that finishes it.
   std::weak_ptr<GradReducer> weak = shared_from_this();
@@ -178,19 +187,33 @@ void GradReducer::begin_iteration() {
   });
 }
 
+// After the first synchronised backward, each gradient is an alias of its bucket region (see
+// alias_of): AccumulateGrad then adds straight into the bucket and nothing is copied here.
 void GradReducer::copy_into_bucket(size_t index, bool used) {
   const Slot& slot = slots_[index];
   Bucket& bucket = buckets_[slot.bucket];
   const auto& param = params_[index].tensor;
   auto region = bucket.flat.narrow(0, bucket.offset[slot.index], param.numel());
   const auto& grad = param.grad();
+  const bool aliased = grad.defined() && grad.data_ptr() == region.data_ptr();
   if (used && grad.defined()) {
-    region.view(param.sizes()).copy_(grad);
+    if (!aliased) region.view(param.sizes()).copy_(grad);
   } else {
+    // Contributes zeros. An aliased gradient is kept aside, in case no rank used it and it must
+    // stay as it was.
+    if (aliased) bucket.kept[slot.index] = grad.clone();
     region.zero_();
     used = false;
   }
   bucket.used[slot.index] = used ? 1.0f : 0.0f;
+}
+
+// A tensor sharing the bucket's storage at `region`, but not an autograd view: optimizers may
+// detach_() and zero_() it (libtorch 1.13's zero_grad does), which a view would refuse.
+static torch::Tensor alias_of(const torch::Tensor& flat, int64_t offset, const torch::Tensor& param) {
+  std::vector<int64_t> strides(param.dim(), 1);
+  for (int64_t d = param.dim() - 2; d >= 0; --d) strides[d] = strides[d + 1] * param.size(d + 1);
+  return torch::empty({0}, flat.options()).set_(flat.storage(), flat.storage_offset() + offset, param.sizes(), strides);
 }
 
 void GradReducer::launch_ready_buckets(bool from_hook) {
@@ -200,11 +223,23 @@ void GradReducer::launch_ready_buckets(bool from_hook) {
     const auto n = static_cast<int64_t>(b.used.size());
     b.flat.narrow(0, b.numel, n).copy_(torch::from_blob(b.used.data(), {n}, torch::kFloat));
     b.flat.div_(world_);  // average before summing, as PyTorch does (keeps fp16 in range)
-    std::vector<torch::Tensor> tensors{b.flat};
-    b.work = group_->allreduce(tensors);
+    if (shm_ && ShmAllreduce::supports(b.flat)) {
+      b.shm_work = shm_->allreduce_async(b.flat);
+    } else {
+      std::vector<torch::Tensor> tensors{b.flat};
+      b.work = group_->allreduce(tensors);
+    }
     b.launched = true;
     (from_hook ? stats_.buckets_launched_in_backward : stats_.buckets_launched_at_end)++;
     stats_.bytes_allreduced += b.flat.numel() * static_cast<int64_t>(b.flat.element_size());
+  }
+}
+
+void GradReducer::wait(Bucket& bucket) {
+  if (bucket.shm_work) {
+    bucket.shm_work->wait();  // throws CommError naming the timeout itself
+  } else {
+    wait(bucket.work, "gradient allreduce");
   }
 }
 
@@ -236,17 +271,21 @@ void GradReducer::finish_iteration() {
 
   torch::NoGradGuard no_grad;
   for (auto& b : buckets_) {
-    wait(b.work, "gradient allreduce");
+    wait(b);
     auto used = b.flat.narrow(0, b.numel, static_cast<int64_t>(b.params.size())).to(torch::kCPU, torch::kFloat).contiguous();
     const float* used_by = used.data_ptr<float>();
     for (size_t k = 0; k < b.params.size(); ++k) {
-      if (used_by[k] <= 0) continue;  // no rank used it: its gradient stays as it was
       auto& param = params_[b.params[k]].tensor;
-      auto avg = b.flat.narrow(0, b.offset[k], param.numel()).view(param.sizes());
-      if (param.grad().defined()) {
-        param.mutable_grad().copy_(avg);
-      } else {
-        param.mutable_grad() = avg.clone();
+      if (used_by[k] <= 0) {  // no rank used it: its gradient stays as it was
+        if (b.kept[k].defined()) param.mutable_grad().copy_(b.kept[k]);
+        b.kept[k] = torch::Tensor();
+        continue;
+      }
+      b.kept[k] = torch::Tensor();
+      const auto& grad = param.grad();
+      const void* region = static_cast<char*>(b.flat.data_ptr()) + b.offset[k] * b.flat.element_size();
+      if (!grad.defined() || grad.data_ptr() != region) {
+        param.mutable_grad() = alias_of(b.flat, b.offset[k], param);  // the average is already there
       }
     }
   }

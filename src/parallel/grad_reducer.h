@@ -21,6 +21,7 @@
 
 #include "cohort/distributed_data_parallel.h"
 #include "cohort/torch_compat.h"
+#include "runtime/shm_allreduce.h"
 
 namespace cohort::detail {
 
@@ -31,8 +32,9 @@ class GradReducer : public std::enable_shared_from_this<GradReducer> {
     torch::Tensor tensor;
   };
 
+  /// `shm` (may be null) reduces CPU float buckets through shared memory instead of `group`.
   static std::shared_ptr<GradReducer> create(std::vector<Param> params, c10::intrusive_ptr<Backend> group,
-                                             int rank, int world_size, const DDPOptions& options);
+                                             ShmAllreduce* shm, int rank, int world_size, const DDPOptions& options);
   ~GradReducer();
 
   void set_sync(bool enabled);
@@ -47,9 +49,11 @@ class GradReducer : public std::enable_shared_from_this<GradReducer> {
     int64_t numel = 0;            // gradient elements; `flat` has numel + params.size() (used flags)
     torch::Tensor flat;
     std::vector<float> used;      // this rank's used flags, copied into flat's tail at launch
+    std::vector<torch::Tensor> kept;  // aliased gradients of unused parameters, restored if no rank used them
     size_t pending = 0;           // gradients not yet copied in this iteration
     bool launched = false;
-    WorkHandle work;
+    WorkHandle work;                       // in flight on the process group, or
+    std::shared_ptr<ShmPending> shm_work;  // in flight on the shared-memory allreduce
   };
   struct Slot {
     size_t bucket = 0;
@@ -60,8 +64,8 @@ class GradReducer : public std::enable_shared_from_this<GradReducer> {
     uintptr_t hook_key = 0;
   };
 
-  GradReducer(std::vector<Param> params, c10::intrusive_ptr<Backend> group, int rank, int world_size,
-              const DDPOptions& options);
+  GradReducer(std::vector<Param> params, c10::intrusive_ptr<Backend> group, ShmAllreduce* shm, int rank,
+              int world_size, const DDPOptions& options);
   void build_buckets();
   void attach_hooks();
   void on_grad_ready(size_t index);
@@ -70,12 +74,14 @@ class GradReducer : public std::enable_shared_from_this<GradReducer> {
   void launch_ready_buckets(bool from_hook);
   void finish_iteration();
   void finish_reference();
+  void wait(Bucket& bucket);
   void wait(WorkHandle& work, const char* what);
 
   std::vector<Param> params_;
   std::vector<Slot> slots_;
   std::vector<Bucket> buckets_;
   c10::intrusive_ptr<Backend> group_;
+  ShmAllreduce* shm_;
   int rank_;
   int world_;
   DDPOptions options_;

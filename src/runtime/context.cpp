@@ -18,6 +18,7 @@
 #include "cohort/error.h"
 #include "log.h"
 #include "net_util.h"
+#include "shm_allreduce.h"
 
 namespace cohort {
 namespace {
@@ -43,6 +44,16 @@ void apply_env_overrides(InitOptions& options, int rank) {
   };
   seconds("COHORT_STORE_TIMEOUT_S", options.store_timeout);
   seconds("COHORT_COLLECTIVE_TIMEOUT_S", options.collective_timeout);
+  if (auto v = process_env("COHORT_SHM")) options.shm_allreduce = *v != "0";
+  if (auto v = process_env("COHORT_SHM_SLOT_MB")) {
+    try {
+      const double mb = std::stod(*v);
+      if (mb <= 0) throw std::invalid_argument("not positive");
+      options.shm_slot_bytes = static_cast<size_t>(mb * (1 << 20));
+    } catch (const std::exception&) {
+      throw ConfigError(rank, "COHORT_SHM_SLOT_MB='" + *v + "' is not a positive number");
+    }
+  }
   if (auto v = process_env("COHORT_THREADS")) {
     try {
       options.threads = std::stoi(*v);
@@ -128,6 +139,10 @@ Context::Context(JobEnv env, c10::intrusive_ptr<c10d::Store> store, const InitOp
                                    cause.substr(0, cause.find('\n')) + ")");
   }
 #endif
+  if (options_.shm_allreduce && env_.world_size > 1 && env_.local_world_size == env_.world_size) {
+    shm_ = detail::ShmAllreduce::create(env_.rank, env_.world_size, store_, options_.collective_timeout,
+                                        options_.shm_slot_bytes);
+  }
 }
 
 Context::~Context() = default;

@@ -17,8 +17,15 @@
 
 namespace cohort::testing {
 
+struct RankOptions {
+  /// Ranks declare one machine (local world = world), which turns on the shared-memory allreduce.
+  bool same_machine = false;
+  InitOptions init;
+};
+
 /// Calls fn(ctx) on `world` threads; returns each rank's exception (nullptr where none).
-inline std::vector<std::exception_ptr> run_ranks_collect(int world, const std::function<void(std::shared_ptr<Context>)>& fn) {
+inline std::vector<std::exception_ptr> run_ranks_collect(int world, const std::function<void(std::shared_ptr<Context>)>& fn,
+                                                         RankOptions rank_options = {}) {
   static std::atomic<int> job{0};
   auto store = c10::make_intrusive<c10d::HashStore>();
   const std::string prefix = "job" + std::to_string(job++);
@@ -30,8 +37,11 @@ inline std::vector<std::exception_ptr> run_ranks_collect(int world, const std::f
         JobEnv env;
         env.rank = r;
         env.world_size = world;
-        InitOptions options;
-        options.collective_timeout = std::chrono::seconds(60);
+        if (rank_options.same_machine) {
+          env.local_rank = r;
+          env.local_world_size = world;
+        }
+        InitOptions options = rank_options.init;
         auto ctx = std::make_shared<Context>(env, c10::make_intrusive<c10d::PrefixStore>(prefix, store), options);
         fn(ctx);
       } catch (...) {
@@ -44,8 +54,8 @@ inline std::vector<std::exception_ptr> run_ranks_collect(int world, const std::f
 }
 
 /// Like run_ranks_collect, but rethrows the first rank's exception.
-inline void run_ranks(int world, const std::function<void(std::shared_ptr<Context>)>& fn) {
-  for (auto& e : run_ranks_collect(world, fn)) {
+inline void run_ranks(int world, const std::function<void(std::shared_ptr<Context>)>& fn, RankOptions options = {}) {
+  for (auto& e : run_ranks_collect(world, fn, options)) {
     if (e) std::rethrow_exception(e);
   }
 }

@@ -17,11 +17,13 @@ struct Case {
   int world;
   double bucket_cap_mb;
   bool reference;
+  bool shm = false;  // ranks on one machine: buckets go through the shared-memory allreduce
 };
 
 std::string name_of(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
-  return "W" + std::to_string(c.world) + (c.reference ? "_reference" : c.bucket_cap_mb < 1e-3 ? "_bucket_per_param" : "_default_buckets");
+  return "W" + std::to_string(c.world) + (c.reference ? "_reference" : c.bucket_cap_mb < 1e-3 ? "_bucket_per_param" : "_default_buckets") +
+         (c.shm ? "_shm" : "");
 }
 
 class DdpEquivalence : public ::testing::TestWithParam<Case> {};
@@ -56,7 +58,8 @@ TEST_P(DdpEquivalence, SameParametersAsOneProcessOnTheWholeBatch) {
     results[r] = snapshot(*model->module());
     checksums[r] = cohort::parameters_checksum(*model);
     stats[r] = model->stats();
-  });
+    EXPECT_EQ(ctx->shm_allreduce() != nullptr, c.shm);
+  }, {.same_machine = c.shm});
   expect_close(results[0], expected);
   for (int r = 1; r < c.world; ++r) EXPECT_EQ(checksums[r], checksums[0]) << "rank " << r << " diverged";
   EXPECT_EQ(stats[0].sync_iterations, 5);
@@ -68,7 +71,8 @@ TEST_P(DdpEquivalence, SameParametersAsOneProcessOnTheWholeBatch) {
 INSTANTIATE_TEST_SUITE_P(Worlds, DdpEquivalence,
                          ::testing::Values(Case{1, 25, false}, Case{2, 25, false}, Case{4, 25, false},
                                            Case{1, 1e-6, false}, Case{2, 1e-6, false}, Case{4, 1e-6, false},
-                                           Case{2, 25, true}, Case{4, 25, true}),
+                                           Case{2, 25, true}, Case{4, 25, true}, Case{2, 25, false, true},
+                                           Case{3, 25, false, true}, Case{4, 1e-6, false, true}),
                          name_of);
 
 // The fast path against the reference mode, directly, on the same ranks and data.

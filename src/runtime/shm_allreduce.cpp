@@ -1,0 +1,226 @@
+// ShmAllreduce — see shm_allreduce.h for the algorithm.
+#include "shm_allreduce.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <climits>
+#include <cstring>
+#include <ctime>
+
+#include "cohort/error.h"
+#include "log.h"
+
+namespace cohort::detail {
+
+struct ShmAllreduce::Control {
+  std::atomic<uint32_t> arrived;
+  std::atomic<uint32_t> generation;  // bumped by the last rank to arrive; waiters sleep on it
+};
+
+namespace {
+
+constexpr size_t kControlBytes = 4096;
+
+void futex_wait(std::atomic<uint32_t>* addr, uint32_t expected, long nanos) {
+  timespec ts{0, nanos};
+  // Not FUTEX_PRIVATE: the word lives in memory shared between processes.
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+void futex_wake_all(std::atomic<uint32_t>* addr) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+std::string seconds_text(std::chrono::milliseconds ms) { return std::to_string(ms.count() / 1000.0).substr(0, 4) + " s"; }
+
+}  // namespace
+
+void ShmPending::wait() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return done_; });
+  if (error_) std::rethrow_exception(error_);
+}
+
+bool ShmAllreduce::supports(const at::Tensor& t) {
+  return t.device().is_cpu() && t.is_contiguous() && !t.is_sparse() &&
+         (t.scalar_type() == at::kFloat || t.scalar_type() == at::kDouble);
+}
+
+std::unique_ptr<ShmAllreduce> ShmAllreduce::create(int rank, int world, const c10::intrusive_ptr<c10d::Store>& store,
+                                                   std::chrono::milliseconds timeout, size_t slot_bytes) {
+  slot_bytes = (slot_bytes + 63) / 64 * 64;  // keep slots cache-line aligned
+  const size_t bytes = kControlBytes + 2 * static_cast<size_t>(world) * slot_bytes;
+  // Rank 0 creates the segment and publishes its name, or an empty name when it could not.
+  std::string name;
+  if (rank == 0) {
+    name = "/cohort-" + std::to_string(::getpid()) + "-" + std::to_string(reinterpret_cast<uintptr_t>(&name) & 0xffffff);
+    int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    // posix_fallocate reserves the pages now: on a full /dev/shm we fail here, not with SIGBUS later.
+    if (fd < 0 || posix_fallocate(fd, 0, static_cast<off_t>(bytes)) != 0) {
+      log_warn("shared-memory allreduce unavailable (" + std::string(std::strerror(errno)) + " for " +
+               std::to_string(bytes >> 20) + " MiB in /dev/shm); using the process group");
+      if (fd >= 0) {
+        close(fd);
+        shm_unlink(name.c_str());
+      }
+      name.clear();
+    } else {
+      close(fd);
+    }
+    store->set("cohort/shm/name", std::vector<uint8_t>(name.begin(), name.end()));
+  } else {
+    auto v = store->get("cohort/shm/name");
+    name.assign(v.begin(), v.end());
+  }
+  void* base = MAP_FAILED;
+  if (!name.empty()) {
+    int fd = shm_open(name.c_str(), O_RDWR, 0600);
+    if (fd >= 0) {
+      base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      close(fd);
+    }
+  }
+  // Everyone reports; the name is unlinked once all have mapped it, so nothing is left in
+  // /dev/shm even if the job dies later.
+  const bool ok = base != MAP_FAILED;
+  store->add(ok ? "cohort/shm/mapped" : "cohort/shm/failed", 1);
+  store->add("cohort/shm/done", 1);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (store->add("cohort/shm/done", 0) < world) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      throw TimeoutError(rank, "not every rank set up the shared-memory allreduce within " + seconds_text(timeout));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const bool all_ok = !name.empty() && store->add("cohort/shm/failed", 0) == 0;
+  if (rank == 0 && !name.empty()) shm_unlink(name.c_str());
+  if (!all_ok) {
+    if (ok) munmap(base, bytes);
+    return nullptr;
+  }
+  return std::unique_ptr<ShmAllreduce>(new ShmAllreduce(rank, world, base, bytes, slot_bytes, timeout));
+}
+
+ShmAllreduce::ShmAllreduce(int rank, int world, void* base, size_t bytes, size_t slot_bytes,
+                           std::chrono::milliseconds timeout)
+    : rank_(rank), world_(world), base_(base), bytes_(bytes), slot_bytes_(slot_bytes), timeout_(timeout) {
+  control_ = static_cast<Control*>(base_);  // zero-filled by posix_fallocate: counters start at 0
+  buffers_ = static_cast<unsigned char*>(base_) + kControlBytes;
+  thread_ = std::thread([this] { run(); });
+}
+
+ShmAllreduce::~ShmAllreduce() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+  munmap(base_, bytes_);
+}
+
+std::shared_ptr<ShmPending> ShmAllreduce::allreduce_async(at::Tensor t) {
+  auto pending = std::make_shared<ShmPending>();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.emplace_back(std::move(t), pending);
+  }
+  cv_.notify_one();
+  return pending;
+}
+
+void ShmAllreduce::run() {
+  for (;;) {
+    std::pair<at::Tensor, std::shared_ptr<ShmPending>> op;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      op = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    std::exception_ptr error;
+    try {
+      allreduce_now(op.first);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> lock(op.second->mu_);
+      op.second->done_ = true;
+      op.second->error_ = error;
+    }
+    op.second->cv_.notify_all();
+  }
+}
+
+void ShmAllreduce::allreduce_now(at::Tensor& t) {
+  if (t.scalar_type() == at::kFloat) {
+    allreduce_typed(t.data_ptr<float>(), static_cast<size_t>(t.numel()));
+  } else {
+    allreduce_typed(t.data_ptr<double>(), static_cast<size_t>(t.numel()));
+  }
+}
+
+template <typename T>
+void ShmAllreduce::allreduce_typed(T* data, size_t n) {
+  const size_t chunk = slot_bytes_ / sizeof(T);
+  for (size_t begin = 0; begin < n; begin += chunk) {
+    const size_t len = std::min(chunk, n - begin);
+    unsigned char* buffer = buffers_ + (chunk_counter_++ % 2) * world_ * slot_bytes_;
+    auto slot = [&](int k) { return reinterpret_cast<T*>(buffer + static_cast<size_t>(k) * slot_bytes_); };
+    // Segment k of this chunk: [seg_begin(k), seg_begin(k+1)).
+    auto seg_begin = [&](int k) { return len * static_cast<size_t>(k) / static_cast<size_t>(world_); };
+
+    std::memcpy(slot(rank_), data + begin, len * sizeof(T));
+    barrier();
+    // Sum segment rank_ over the slots in rank order (the same order on every machine and run),
+    // block by block through a small buffer so the loops vectorise.
+    const size_t s0 = seg_begin(rank_), s1 = seg_begin(rank_ + 1);
+    constexpr size_t kBlock = 2048;
+    T acc[kBlock];
+    for (size_t i0 = s0; i0 < s1; i0 += kBlock) {
+      const size_t m = std::min(kBlock, s1 - i0);
+      std::memcpy(acc, slot(0) + i0, m * sizeof(T));
+      for (int k = 1; k < world_; ++k) {
+        const T* other = slot(k) + i0;
+        for (size_t j = 0; j < m; ++j) acc[j] += other[j];
+      }
+      std::memcpy(slot(rank_) + i0, acc, m * sizeof(T));
+    }
+    barrier();
+    for (int k = 0; k < world_; ++k) {
+      const size_t a = seg_begin(k), b = seg_begin(k + 1);
+      std::memcpy(data + begin + a, slot(k) + a, (b - a) * sizeof(T));
+    }
+  }
+}
+
+void ShmAllreduce::barrier() {
+  const uint32_t gen = control_->generation.load(std::memory_order_acquire);
+  if (control_->arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<uint32_t>(world_)) {
+    control_->arrived.store(0, std::memory_order_relaxed);
+    control_->generation.fetch_add(1, std::memory_order_release);
+    futex_wake_all(&control_->generation);
+    return;
+  }
+  for (int spin = 0; spin < 2000; ++spin) {
+    if (control_->generation.load(std::memory_order_acquire) != gen) return;
+    __builtin_ia32_pause();
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  while (control_->generation.load(std::memory_order_acquire) == gen) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      throw CommError(rank_, "shared-memory allreduce: not every rank arrived within " + seconds_text(timeout_) +
+                                 "; a peer may have died or hung");
+    }
+    futex_wait(&control_->generation, gen, 50'000'000);  // 50 ms, then re-check the deadline
+  }
+}
+
+}  // namespace cohort::detail

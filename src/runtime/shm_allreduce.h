@@ -1,0 +1,87 @@
+// ShmAllreduce: allreduce (sum) through shared memory for the ranks of a job that all run on one
+// machine — memcpy speed instead of Gloo's TCP ring over loopback, which copies every byte
+// through the kernel twice (measured: docs/BENCHMARKS.md).
+//
+// Layout: one shared segment, two buffers (alternating chunks) of `world` slots each. A chunk:
+//   1. rank r copies its chunk into its slot r;            barrier
+//   2. rank r sums segment r of the chunk over all slots, in rank order, into slot r's segment r;
+//                                                          barrier
+//   3. rank r copies every slot k's segment k into its tensor.
+// Double buffering makes a third barrier unnecessary: chunk i+2 reuses chunk i's buffer only after
+// every rank passed chunk i+1's first barrier, i.e. finished reading chunk i. Each segment is
+// summed by one rank in a fixed order, so every rank gets bitwise the same result.
+//
+// Barriers spin briefly, then sleep on a futex; a rank that does not arrive within the timeout
+// makes the others throw CommError (no hang). Operations run on one background thread in the order
+// they were submitted, so ranks that submit in the same order match up.
+// Not here: other reductions than sum, dtypes other than float / double, ranks on several machines.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+namespace cohort::detail {
+
+/// A submitted allreduce; wait() rethrows its error.
+class ShmPending {
+ public:
+  void wait();
+
+ private:
+  friend class ShmAllreduce;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::exception_ptr error_;
+};
+
+class ShmAllreduce {
+ public:
+  /// Creates the segment (rank 0) or maps it (others) through `store`; every rank of the world
+  /// must call this together. Returns nullptr, after logging why, when shared memory is not
+  /// available (e.g. /dev/shm too small) — callers then use the process group.
+  static std::unique_ptr<ShmAllreduce> create(int rank, int world, const c10::intrusive_ptr<c10d::Store>& store,
+                                              std::chrono::milliseconds timeout, size_t slot_bytes);
+  ~ShmAllreduce();
+
+  /// Whether this engine can reduce `t` (CPU, contiguous, float or double).
+  static bool supports(const at::Tensor& t);
+  /// Sums `t` over all ranks in place, asynchronously.
+  std::shared_ptr<ShmPending> allreduce_async(at::Tensor t);
+
+ private:
+  struct Control;
+  ShmAllreduce(int rank, int world, void* base, size_t bytes, size_t slot_bytes, std::chrono::milliseconds timeout);
+  void run();
+  void allreduce_now(at::Tensor& t);
+  template <typename T>
+  void allreduce_typed(T* data, size_t n);
+  void barrier();
+
+  int rank_;
+  int world_;
+  void* base_;
+  size_t bytes_;
+  size_t slot_bytes_;
+  std::chrono::milliseconds timeout_;
+  Control* control_;
+  unsigned char* buffers_;
+  uint64_t chunk_counter_ = 0;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<at::Tensor, std::shared_ptr<ShmPending>>> queue_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace cohort::detail
