@@ -9,6 +9,7 @@ packages=(
   g++ cmake ninja-build pkg-config  # toolchain
   libtorch-dev          # libtorch 1.13: tensors, autograd, nn, optim, data, c10d (TCPStore, Gloo)
   libgloo-dev           # Gloo headers, needed to compile against c10d's ProcessGroupGloo
+  libopenblas0-pthread  # optimized BLAS behind libtorch's libblas.so.3 (the default is the slow reference BLAS)
   nlohmann-json3-dev    # JSON (result lines, sampler state, later manifests and metrics)
   libcli11-dev          # command-line parsing (cohort, examples)
   libspdlog-dev         # the logger
@@ -18,6 +19,7 @@ packages=(
   dataset-fashion-mnist # the example's data set (gzipped IDX under /usr/share/datasets/fashion-mnist)
   python3-torch         # the peer: PyTorch's Python DDP/DistributedSampler on the same libtorch (tests, bench)
   procps                # ps/pgrep, used by the process tests
+  iproute2              # ip netns + veth: the launcher's two-node test runs nodes as network namespaces
 )
 missing=()
 for p in "${packages[@]}"; do

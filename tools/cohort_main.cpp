@@ -1,24 +1,51 @@
-// `cohort`: the command line. Subcommands arrive with their issues (run, ckpt, dashboard);
-// today it answers --version and --help.
+// `cohort`: the command line. Subcommands: run (src/launcher/); ckpt and dashboard arrive with
+// their issues. Errors are one line on stderr and a non-zero exit.
 #include <CLI/CLI.hpp>
 
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "cohort/version.h"
+#include "launcher/agent.h"
+#include "launcher/cli.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"cohort — distributed training for libtorch (C++) programs"};
   app.set_version_flag("--version", std::string("cohort ") + cohort::version());
   app.require_subcommand(0, 1);
   app.footer(
-      "A training program joins its job with cohort::init(); start its ranks with torchrun-style\n"
-      "variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) or under mpirun / srun.\n"
-      "Documentation: README.md and docs/ in the source tree.");
+      "Start a job: cohort run --nproc-per-node 4 -- ./train --epochs 10\n"
+      "A training program joins its job with cohort::init(); it also runs under torchrun, mpirun\n"
+      "or srun. Documentation: docs/launcher.md and docs/ in the source tree.");
+  cohort::launcher::RunOptions run_options;
+  CLI::App* run = cohort::launcher::add_run_command(app, run_options);
+
+  // CLI11 sees cohort's own arguments only; the program and its arguments are kept apart.
+  std::vector<std::string> args(argv + 1, argv + argc);
+  std::vector<std::string> ours = cohort::launcher::split_at_program(args, *run, run_options.command);
+  std::vector<const char*> cargv{argv[0]};
+  for (const auto& a : ours) cargv.push_back(a.c_str());
   try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
+    app.parse(static_cast<int>(cargv.size()), const_cast<char**>(cargv.data()));
+  } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::Success& e) {
+    return app.exit(e);  // --version
+  } catch (const CLI::ParseError& e) {
+    std::string what = e.what();
+    for (char& c : what) c = c == '\n' ? ' ' : c;
+    std::cerr << "cohort" << (run->parsed() ? " run" : "") << ": error: " << what
+              << " (see cohort" << (run->parsed() ? " run" : "") << " --help)" << std::endl;
+    return 2;
   }
-  if (argc == 1) std::cout << app.help();
+  if (run->parsed()) return cohort::launcher::run_job(run_options);
+  if (!run_options.command.empty()) {
+    std::cerr << "cohort: error: unexpected arguments; to start a program use cohort run [--] PROGRAM" << std::endl;
+    return 2;
+  }
+  std::cout << app.help();
   return 0;
 }

@@ -97,10 +97,11 @@ Outcome train_loop(const Flags& flags, FashionMnist& train_set, cohort::Distribu
 
 void set_threads(const Flags& flags, int local_world_size) {
   int threads = flags.threads;
-  if (threads <= 0 && !std::getenv("COHORT_THREADS")) {
-    threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local_world_size);
+  if (threads <= 0) {
+    const char* env = std::getenv("COHORT_THREADS");  // set by `cohort run --threads-per-proc`
+    threads = env ? std::atoi(env) : static_cast<int>(std::thread::hardware_concurrency()) / local_world_size;
   }
-  if (threads > 0) torch::set_num_threads(threads);
+  cohort::set_num_threads(std::max(1, threads));  // libtorch's and OpenBLAS's threads
 }
 
 template <typename Net>

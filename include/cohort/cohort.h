@@ -8,4 +8,5 @@
 #include "cohort/error.h"
 #include "cohort/idx.h"
 #include "cohort/job_env.h"
+#include "cohort/threads.h"
 #include "cohort/version.h"

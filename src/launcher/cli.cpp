@@ -51,7 +51,7 @@ std::vector<std::string> split_at_program(const std::vector<std::string>& args, 
       before.push_back(a);
       if (a.find('=') != std::string::npos) continue;
       const CLI::Option* opt = run.get_option_no_throw(a);
-      if (opt != nullptr && opt->get_type_size() != 0 && i + 1 < args.size()) before.push_back(args[++i]);
+      if (opt != nullptr && opt->get_expected_max() > 0 && i + 1 < args.size()) before.push_back(args[++i]);
       continue;  // unknown options stay for CLI11 to report
     }
     command.assign(args.begin() + static_cast<long>(i), args.end());

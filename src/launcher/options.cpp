@@ -23,12 +23,14 @@ void finalize_options(RunOptions& o) {
   require(o.node_rank >= 0 && o.node_rank < o.nnodes,
           "--node-rank " + std::to_string(o.node_rank) + " is out of range for --nnodes " +
               std::to_string(o.nnodes) + " (expected 0.." + std::to_string(o.nnodes - 1) + ")");
-  require(o.nproc_per_node >= 0, "--nproc-per-node " + std::to_string(o.nproc_per_node) + " must be at least 1");
-  require(o.threads_per_proc >= 0, "--threads-per-proc " + std::to_string(o.threads_per_proc) + " must be at least 1");
+  require(o.nproc_per_node == -1 || o.nproc_per_node >= 1,
+          "--nproc-per-node " + std::to_string(o.nproc_per_node) + " must be at least 1");
+  require(o.threads_per_proc == -1 || o.threads_per_proc >= 1,
+          "--threads-per-proc " + std::to_string(o.threads_per_proc) + " must be at least 1");
   require(o.rdzv_timeout_s > 0, "--rdzv-timeout must be a positive number of seconds");
   require(o.stop_grace_s >= 0, "--stop-timeout must not be negative");
   require(!o.master_addr.empty(), "--master-addr must not be empty");
-  require(o.master_port >= 0 && o.master_port <= 65535,
+  require(o.master_port == -1 || (o.master_port >= 1 && o.master_port <= 65535),
           "--master-port " + std::to_string(o.master_port) + " is not a TCP port (1..65535)");
   require(o.nnodes == 1 || o.master_port < 65535,
           "--master-port 65535 leaves no port for the agents (they use --master-port + 1)");
@@ -37,12 +39,12 @@ void finalize_options(RunOptions& o) {
   o.master_addr = resolve_ipv4(o.master_addr);
   o.command[0] = resolve_program(o.command[0]);
 
-  if (o.nproc_per_node == 0) {
+  if (o.nproc_per_node == -1) {
     int gpus = visible_gpu_count();
     o.nproc_per_node = gpus > 0 ? gpus : usable_cpu_count();
   }
-  if (o.threads_per_proc == 0) o.threads_per_proc = std::max(1, usable_cpu_count() / o.nproc_per_node);
-  if (o.master_port == 0) {
+  if (o.threads_per_proc == -1) o.threads_per_proc = std::max(1, usable_cpu_count() / o.nproc_per_node);
+  if (o.master_port == -1) {
     // On one machine any free port will do; several machines must agree, so use torchrun's default.
     o.master_port = o.nnodes == 1 ? pick_free_port(o.master_addr) : 29500;
   }

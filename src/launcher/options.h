@@ -11,13 +11,13 @@
 namespace cohort::launcher {
 
 struct RunOptions {
-  int nproc_per_node = 0;        // 0: one per GPU where CUDA is present, else one per CPU core
+  int nproc_per_node = -1;       // -1: one per GPU where CUDA is present, else one per CPU core
   int nnodes = 1;
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
-  int master_port = 0;           // 0: a free port on one machine, 29500 on several
+  int master_port = -1;          // -1: a free port on one machine, 29500 on several
   std::string log_dir;           // empty: no per-rank log files
-  int threads_per_proc = 0;      // 0: cores / local workers (at least 1)
+  int threads_per_proc = -1;     // -1: cores / local workers (at least 1)
   double rdzv_timeout_s = 60;    // how long agents wait for each other before giving up
   double stop_grace_s = 5;       // SIGTERM → SIGKILL delay when stopping workers
   int tail_lines = 20;           // lines of a failed worker's output quoted in the summary

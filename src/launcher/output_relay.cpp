@@ -44,7 +44,7 @@ OutputRelay::~OutputRelay() {
   if (log_fd_ >= 0) close(log_fd_);
 }
 
-void OutputRelay::emit(Stream stream, std::string& batch, const std::string& line) {
+void OutputRelay::emit(std::string& batch, const std::string& line) {
   batch += prefix_;
   batch += line;
   batch += '\n';
@@ -69,13 +69,13 @@ bool OutputRelay::pump(int fd, Stream stream) {
     for (size_t i = 0; i < static_cast<size_t>(n); ++i) {
       if (buf[i] != '\n') continue;
       partial.append(buf + start, i - start);
-      emit(stream, batch, partial);
+      emit(batch, partial);
       partial.clear();
       start = i + 1;
     }
     partial.append(buf + start, static_cast<size_t>(n) - start);
     if (partial.size() >= kMaxLine) {
-      emit(stream, batch, partial);
+      emit(batch, partial);
       partial.clear();
     }
   }
@@ -87,7 +87,7 @@ void OutputRelay::flush_partial() {
   for (Stream s : {out, err}) {
     if (partial_[s].empty()) continue;
     std::string batch;
-    emit(s, batch, partial_[s]);
+    emit(batch, partial_[s]);
     partial_[s].clear();
     write_fully(s == out ? 1 : 2, batch);
   }

@@ -33,7 +33,7 @@ class OutputRelay {
   const std::deque<std::string>& tail() const { return tail_; }
 
  private:
-  void emit(Stream stream, std::string& batch, const std::string& line);
+  void emit(std::string& batch, const std::string& line);
 
   std::string prefix_;
   int log_fd_ = -1;

@@ -57,9 +57,19 @@ SpawnedProcess spawn_worker(const std::vector<std::string>& argv, const std::vec
     throw ConfigError(-1, std::string("cannot create pipes for a worker: ") + std::strerror(errno));
   }
   const pid_t parent = getpid();
+  // Signals stay blocked across fork until the child has reset the launcher's handlers, so that a
+  // signal meant for the child can never run the launcher's handler in it.
+  sigset_t all, previous;
+  sigfillset(&all);
+  sigprocmask(SIG_SETMASK, &all, &previous);
   pid_t pid = fork();
-  if (pid < 0) throw ConfigError(-1, std::string("cannot fork a worker: ") + std::strerror(errno));
   if (pid == 0) child(parent, c_argv.data(), c_env.data(), out[1], err[1], exec_err[1]);
+  int fork_errno = errno;
+  sigprocmask(SIG_SETMASK, &previous, nullptr);
+  if (pid < 0) {
+    for (int fd : {out[0], out[1], err[0], err[1], exec_err[0], exec_err[1]}) close(fd);
+    throw ConfigError(-1, std::string("cannot fork a worker: ") + std::strerror(fork_errno));
+  }
 
   setpgid(pid, pid);  // also here, so the group exists before we might signal it
   close(out[1]);

@@ -169,7 +169,6 @@ void GradReducer::begin_iteration() {
   next_bucket_ = 0;
   for (auto& b : buckets_) {
     b.pending = b.params.size();
-    b.launched = false;
     b.work.reset();
     b.shm_work.reset();
   }
@@ -222,6 +221,8 @@ void GradReducer::launch_ready_buckets(bool from_hook) {
     Bucket& b = buckets_[next_bucket_++];
     const auto n = static_cast<int64_t>(b.used.size());
     b.flat.narrow(0, b.numel, n).copy_(torch::from_blob(b.used.data(), {n}, torch::kFloat));
+    (from_hook ? stats_.buckets_launched_in_backward : stats_.buckets_launched_at_end)++;
+    if (world_ == 1) continue;  // alone: the bucket already holds the average and the used flags
     b.flat.div_(world_);  // average before summing, as PyTorch does (keeps fp16 in range)
     if (shm_ && ShmAllreduce::supports(b.flat)) {
       b.shm_work = shm_->allreduce_async(b.flat);
@@ -229,13 +230,12 @@ void GradReducer::launch_ready_buckets(bool from_hook) {
       std::vector<torch::Tensor> tensors{b.flat};
       b.work = group_->allreduce(tensors);
     }
-    b.launched = true;
-    (from_hook ? stats_.buckets_launched_in_backward : stats_.buckets_launched_at_end)++;
     stats_.bytes_allreduced += b.flat.numel() * static_cast<int64_t>(b.flat.element_size());
   }
 }
 
 void GradReducer::wait(Bucket& bucket) {
+  if (!bucket.work && !bucket.shm_work) return;  // a world of one communicates nothing
   if (bucket.shm_work) {
     bucket.shm_work->wait();  // throws CommError naming the timeout itself
   } else {

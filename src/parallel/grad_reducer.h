@@ -51,7 +51,6 @@ class GradReducer : public std::enable_shared_from_this<GradReducer> {
     std::vector<float> used;      // this rank's used flags, copied into flat's tail at launch
     std::vector<torch::Tensor> kept;  // aliased gradients of unused parameters, restored if no rank used them
     size_t pending = 0;           // gradients not yet copied in this iteration
-    bool launched = false;
     WorkHandle work;                       // in flight on the process group, or
     std::shared_ptr<ShmPending> shm_work;  // in flight on the shared-memory allreduce
   };

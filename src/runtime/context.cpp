@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "cohort/error.h"
+#include "cohort/threads.h"
 #include "log.h"
 #include "net_util.h"
 #include "shm_allreduce.h"
@@ -73,6 +74,10 @@ c10::intrusive_ptr<c10d::Store> connect_store(const JobEnv& env, const InitOptio
   opts.timeout = options.store_timeout;
   const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
   c10::intrusive_ptr<c10d::Store> store;
+  if (env.rank != 0) {
+    // Whether or not this succeeds, TCPStore below reports the failure with its own cause.
+    detail::wait_until_listening(env.master_addr, env.master_port, options.store_timeout.count());
+  }
   try {
     store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
   } catch (const std::exception& e) {
@@ -139,8 +144,9 @@ Context::Context(JobEnv env, c10::intrusive_ptr<c10d::Store> store, const InitOp
                                    cause.substr(0, cause.find('\n')) + ")");
   }
 #endif
-  if (options_.shm_allreduce && env_.world_size > 1 && env_.local_world_size == env_.world_size) {
-    shm_ = detail::ShmAllreduce::create(env_.rank, env_.world_size, store_, options_.collective_timeout,
+  if (env_.world_size > 1) {
+    const bool eligible = options_.shm_allreduce && env_.local_world_size == env_.world_size;
+    shm_ = detail::ShmAllreduce::create(env_.rank, env_.world_size, eligible, store_, options_.collective_timeout,
                                         options_.shm_slot_bytes);
   }
 }
@@ -174,7 +180,7 @@ std::shared_ptr<Context> init(InitOptions options) {
   JobEnv env = resolve_job_env();
   detail::set_log_rank(env.rank, env.node_rank);
   apply_env_overrides(options, env.rank);
-  if (options.threads > 0) at::set_num_threads(options.threads);
+  set_num_threads(options.threads);
   detail::log_info("joining a job of " + std::to_string(env.world_size) + " (from " + env.source +
                    " variables), store " + env.master_addr + ":" + std::to_string(env.master_port));
   auto store = connect_store(env, options);

@@ -74,8 +74,7 @@ JobEnv resolve_job_env(const EnvLookup& lookup) {
     auto local_rank = get(f.local_rank);
     auto local_world = get(f.local_world);
     env.local_rank = local_rank ? parse_int(f.local_rank, *local_rank, 0) : env.rank;
-    env.local_world_size = local_world ? parse_int(f.local_world, *local_world, 1)
-                                       : (local_rank ? env.local_rank + 1 : env.world_size);
+    env.local_world_size = local_world ? parse_int(f.local_world, *local_world, 1) : env.world_size;
     if (env.local_rank >= env.local_world_size && local_world) {
       throw ConfigError(env.rank, std::string(f.local_rank) + "=" + *local_rank + " is not below " +
                                       f.local_world + "=" + *local_world);

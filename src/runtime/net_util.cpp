@@ -5,12 +5,37 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
+#include <string>
+#include <thread>
 
 namespace cohort::detail {
 
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+bool wait_until_listening(const std::string& host, int port, long timeout_ms) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || res == nullptr) return false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  bool reached = false;
+  while (!reached) {
+    for (addrinfo* a = res; a != nullptr && !reached; a = a->ai_next) {
+      int fd = socket(a->ai_family, SOCK_STREAM, 0);
+      if (fd < 0) continue;
+      reached = connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+      close(fd);
+    }
+    if (reached || std::chrono::steady_clock::now() > deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  freeaddrinfo(res);
+  return reached;
 }
 
 std::string local_address_towards(const std::string& host) {

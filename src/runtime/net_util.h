@@ -9,6 +9,12 @@ namespace cohort::detail {
 /// unconnected UDP socket; nothing is sent). Empty when `host` cannot be resolved or routed.
 std::string local_address_towards(const std::string& host);
 
+/// Polls a TCP connect to host:port every few milliseconds until something accepts it or `timeout_ms`
+/// passes; returns whether it was reached. (c10d's TCPStore client in libtorch 1.13 sleeps a whole
+/// second after a refused connect, which at start-up, when all ranks start together, costs a
+/// second; probing first makes the store's own connect succeed at once.)
+bool wait_until_listening(const std::string& host, int port, long timeout_ms);
+
 /// True for 127.0.0.0/8, ::1 and "localhost".
 bool is_loopback(const std::string& host);
 

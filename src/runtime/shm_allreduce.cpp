@@ -51,8 +51,26 @@ bool ShmAllreduce::supports(const at::Tensor& t) {
          (t.scalar_type() == at::kFloat || t.scalar_type() == at::kDouble);
 }
 
-std::unique_ptr<ShmAllreduce> ShmAllreduce::create(int rank, int world, const c10::intrusive_ptr<c10d::Store>& store,
+std::unique_ptr<ShmAllreduce> ShmAllreduce::create(int rank, int world, bool eligible,
+                                                   const c10::intrusive_ptr<c10d::Store>& store,
                                                    std::chrono::milliseconds timeout, size_t slot_bytes) {
+  // Store keys count ranks in; this waits until `key` reaches `world`.
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto wait_for_all = [&](const std::string& key) {
+    while (store->add(key, 0) < world) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        throw TimeoutError(rank, "not every rank set up the shared-memory allreduce within " + seconds_text(timeout));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  };
+  // The ranks decide together: each one's view of the job (its local world) may differ, and a
+  // rank that waits for a segment the others never make would hang.
+  if (!eligible) store->add("cohort/shm/ineligible", 1);
+  store->add("cohort/shm/voted", 1);
+  wait_for_all("cohort/shm/voted");
+  if (store->add("cohort/shm/ineligible", 0) > 0) return nullptr;
+
   slot_bytes = (slot_bytes + 63) / 64 * 64;  // keep slots cache-line aligned
   const size_t bytes = kControlBytes + 2 * static_cast<size_t>(world) * slot_bytes;
   // Rank 0 creates the segment and publishes its name, or an empty name when it could not.
@@ -90,13 +108,7 @@ std::unique_ptr<ShmAllreduce> ShmAllreduce::create(int rank, int world, const c1
   const bool ok = base != MAP_FAILED;
   store->add(ok ? "cohort/shm/mapped" : "cohort/shm/failed", 1);
   store->add("cohort/shm/done", 1);
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (store->add("cohort/shm/done", 0) < world) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      throw TimeoutError(rank, "not every rank set up the shared-memory allreduce within " + seconds_text(timeout));
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  wait_for_all("cohort/shm/done");
   const bool all_ok = !name.empty() && store->add("cohort/shm/failed", 0) == 0;
   if (rank == 0 && !name.empty()) shm_unlink(name.c_str());
   if (!all_ok) {

@@ -46,10 +46,12 @@ class ShmPending {
 
 class ShmAllreduce {
  public:
-  /// Creates the segment (rank 0) or maps it (others) through `store`; every rank of the world
-  /// must call this together. Returns nullptr, after logging why, when shared memory is not
-  /// available (e.g. /dev/shm too small) — callers then use the process group.
-  static std::unique_ptr<ShmAllreduce> create(int rank, int world, const c10::intrusive_ptr<c10d::Store>& store,
+  /// Every rank of the world calls this together. Returns nullptr on every rank unless every rank
+  /// is `eligible` (believes all ranks share its machine) and every rank could map the segment
+  /// rank 0 created — so ranks on other machines, or a /dev/shm too small, fall back to the
+  /// process group, all alike.
+  static std::unique_ptr<ShmAllreduce> create(int rank, int world, bool eligible,
+                                              const c10::intrusive_ptr<c10d::Store>& store,
                                               std::chrono::milliseconds timeout, size_t slot_bytes);
   ~ShmAllreduce();
 

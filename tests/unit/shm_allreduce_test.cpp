@@ -75,3 +75,22 @@ TEST(ShmAllreduce, AMissingRankIsAnErrorAfterTheTimeoutNotAHang) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(ShmAllreduce, RanksThatDisagreeAboutSharingAMachineAllFallBack) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::vector<int> got(2, 1);  // not vector<bool>: two threads write it
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      // Rank 1 believes the job spans machines; rank 0 does not. Neither may wait for the other.
+      got[r] = cohort::detail::ShmAllreduce::create(r, 2, /*eligible=*/r == 0, store, std::chrono::seconds(10), 4096) != nullptr;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_FALSE(got[0]);
+  EXPECT_FALSE(got[1]);
+}
+
+}  // namespace

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Data-parallel throughput, side by side in one run: cohort's DDP (examples/fashion_mnist) against
+# PyTorch's Python DDP (bench/peer_ddp.py) on the same libtorch 1.13, Gloo and OpenBLAS; same models,
+# batch 64 per rank, one intra-op thread per rank, Fashion-MNIST. Also one plain process of each
+# without any distributed code, the baseline of scaling efficiency.
+#
+#   bench/ddp_throughput.sh [REPEATS]     (default 3; runs are interleaved, medians are reported)
+#
+# samples/s is the whole job's training throughput after 10 warm-up steps (DESIGN.md). Every run
+# also checks its result: all ranks must report the same parameter checksum (cohort) and a finite loss.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repeats=${1:-3}
+example=build/examples/fashion_mnist/fashion_mnist
+peer=(/usr/bin/python3 bench/peer_ddp.py)
+export OPENBLAS_NUM_THREADS=1  # Python's torch does not set OpenBLAS's threads; cohort does it itself
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+steps_of() { [ "$1" = cnn ] && echo 150 || echo 300; }
+
+# run KIND MODEL WORLD → appends the rank-0 JSON line to $out/KIND-MODEL-WORLD
+run() {
+  local kind=$1 model=$2 world=$3 steps port pids=() r
+  steps=$(steps_of "$model")
+  port=$(( 21000 + RANDOM % 20000 ))
+  if [ "$world" = plain ]; then
+    case $kind in
+      cohort) "$example" --plain --model "$model" --max-steps "$steps" --no-eval --threads 1 --log-every 0 > "$out/r0" ;;
+      peer) "${peer[@]}" --plain --model "$model" --max-steps "$steps" > "$out/r0" ;;
+    esac
+  else
+    for (( r = 0; r < world; r++ )); do
+      if [ "$kind" = cohort ]; then
+        RANK=$r WORLD_SIZE=$world LOCAL_RANK=$r LOCAL_WORLD_SIZE=$world MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+          "$example" --model "$model" --max-steps "$steps" --no-eval --threads 1 --log-every 0 > "$out/r$r" &
+      else
+        RANK=$r WORLD_SIZE=$world MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+          "${peer[@]}" --model "$model" --max-steps "$steps" > "$out/r$r" &
+      fi
+      pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p"; done
+  fi
+  /usr/bin/python3 - "$out" "$world" <<'PY' >> "$out/$kind-$model-$world"
+import json, math, sys, glob
+d, world = sys.argv[1], sys.argv[2]
+n = 1 if world == "plain" else int(world)
+rows = [json.loads(open(f"{d}/r{r}").read().strip().splitlines()[-1]) for r in range(n)]
+assert all(math.isfinite(x["final_loss"]) for x in rows), rows
+sums = {x.get("param_checksum") for x in rows}
+assert len(sums) == 1, f"ranks disagree: {sums}"
+print(json.dumps(rows[0]))
+PY
+}
+
+for (( i = 0; i < repeats; i++ )); do
+  for model in cnn mlp; do
+    for world in plain 1 2; do
+      for kind in cohort peer; do run "$kind" "$model" "$world"; done
+    done
+  done
+  echo "round $((i + 1))/$repeats done" >&2
+done
+
+/usr/bin/python3 - "$out" <<'PY'
+import json, statistics, sys, os
+d = sys.argv[1]
+def med(kind, model, world):
+    xs = [json.loads(l)["samples_per_s"] for l in open(os.path.join(d, f"{kind}-{model}-{world}"))]
+    return statistics.median(xs), len(xs)
+print("| model | ranks | cohort samples/s | PyTorch DDP samples/s | cohort / PyTorch |")
+print("|---|---|---|---|---|")
+for model in ["cnn", "mlp"]:
+    for world in ["plain", "1", "2"]:
+        c, n = med("cohort", model, world); p, _ = med("peer", model, world)
+        label = "1, no DDP (plain)" if world == "plain" else world
+        print(f"| {model} | {label} | {c:,.0f} | {p:,.0f} | {c / p:.2f}x |")
+print()
+print("| model | scaling efficiency at 2 ranks (2-rank / 2 x own plain process) | cohort | PyTorch |")
+print("|---|---|---|---|")
+for model in ["cnn", "mlp"]:
+    c2, _ = med("cohort", model, "2"); c1, _ = med("cohort", model, "plain")
+    p2, _ = med("peer", model, "2"); p1, _ = med("peer", model, "plain")
+    print(f"| {model} | | {c2 / (2 * c1):.2f} | {p2 / (2 * p1):.2f} |")
+print(f"\n(medians of {n} runs each; cnn {150} steps, mlp {300} steps, first 10 not timed)")
+PY

@@ -1,0 +1,81 @@
+// `cohort run` with bad input: each case is one line on stderr, a non-zero exit and no hang.
+#include <gtest/gtest.h>
+
+#include <sys/stat.h>
+
+#include "launcher_test_util.h"
+
+using namespace launcher_test;
+
+namespace {
+
+// Bad input ends fast with exactly one line on stderr that mentions `needle`.
+void expect_one_line_error(const Result& r, const std::string& needle) {
+  EXPECT_FALSE(r.timed_out) << "cohort run hung";
+  EXPECT_NE(r.exit_code(), 0);
+  EXPECT_NE(r.exit_code(), -1) << "killed by a signal";
+  EXPECT_EQ(lines_of(r.err).size(), 1u) << r.err;
+  EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "");
+}
+
+}  // namespace
+
+TEST(LauncherCli, UnknownFlag) {
+  expect_one_line_error(run({COHORT_BIN, "run", "--no-such-flag", "--", ENV_PROBE_BIN}, 10), "--no-such-flag");
+}
+
+TEST(LauncherCli, BadOptionValue) {
+  expect_one_line_error(run({COHORT_BIN, "run", "--nproc-per-node", "many", ENV_PROBE_BIN}, 10), "nproc");
+}
+
+TEST(LauncherCli, MissingProgramArgument) {
+  expect_one_line_error(run({COHORT_BIN, "run", "--nproc-per-node", "2"}, 10), "no program");
+}
+
+TEST(LauncherCli, ProgramDoesNotExist) {
+  expect_one_line_error(run({COHORT_BIN, "run", "--", "/nonexistent/cohort-no-such-program"}, 10), "not found");
+  expect_one_line_error(run({COHORT_BIN, "run", "cohort-no-such-program-on-path"}, 10), "not found");
+}
+
+TEST(LauncherCli, ProgramIsNotExecutable) {
+  TempDir dir;
+  std::string script = dir.path() + "/train.sh";
+  std::ofstream(script) << "#!/bin/sh\necho hi\n";
+  chmod(script.c_str(), 0644);
+  expect_one_line_error(run({COHORT_BIN, "run", "--", script}, 10), "not executable");
+}
+
+TEST(LauncherCli, NodeRankOutOfRange) {
+  expect_one_line_error(run({COHORT_BIN, "run", "--nnodes", "2", "--node-rank", "2", ENV_PROBE_BIN}, 10),
+                        "--node-rank 2");
+  expect_one_line_error(run({COHORT_BIN, "run", "--nnodes", "2", "--node-rank", "-1", ENV_PROBE_BIN}, 10),
+                        "--node-rank -1");
+}
+
+TEST(LauncherCli, MasterThatNeverAnswersTimesOut) {
+  // Node 1 waits for node 0 at a loopback port nobody listens on.
+  const int port = free_port_pair();
+  Result r = run({COHORT_BIN, "run", "--nnodes", "2", "--node-rank", "1", "--nproc-per-node", "1", "--master-addr",
+                  "127.0.0.1", "--master-port", std::to_string(port), "--rdzv-timeout", "1.5", ENV_PROBE_BIN},
+                 20);
+  expect_one_line_error(r, "could not reach node 0");
+}
+
+TEST(LauncherCli, NodesThatNeverJoinTimeOut) {
+  // Node 0 waits for a node 1 that is never started.
+  const int port = free_port_pair();
+  Result r = run({COHORT_BIN, "run", "--nnodes", "2", "--node-rank", "0", "--nproc-per-node", "1", "--master-port",
+                  std::to_string(port), "--rdzv-timeout", "1.5", ENV_PROBE_BIN},
+                 20);
+  expect_one_line_error(r, "missing node ranks 1");
+}
+
+TEST(LauncherCli, MasterAddressNotOnThisMachine) {
+  // Node 0 must own --master-addr; 192.0.2.1 (TEST-NET-1, never routed) is no address of ours.
+  // Nothing is sent: binding fails locally.
+  Result r = run({COHORT_BIN, "run", "--nnodes", "2", "--node-rank", "0", "--nproc-per-node", "1", "--master-addr",
+                  "192.0.2.1", "--master-port", "29500", "--rdzv-timeout", "1", ENV_PROBE_BIN},
+                 20);
+  expect_one_line_error(r, "not an address of this machine");
+}

@@ -1,0 +1,78 @@
+// `cohort run` on several nodes: agents on loopback (fast), and two network namespaces joined by a
+// veth pair training the Fashion-MNIST example (the real multi-machine path: distinct addresses,
+// the store reached over the "network", Gloo picking the right interface).
+#include <gtest/gtest.h>
+
+#include <map>
+#include <regex>
+
+#include "launcher_test_util.h"
+
+using namespace launcher_test;
+
+namespace {
+
+std::vector<std::string> node_cmd(int node, int nnodes, int nproc, int port, std::vector<std::string> program,
+                                  const std::string& addr = "127.0.0.1") {
+  std::vector<std::string> cmd{COHORT_BIN, "run", "--nnodes", std::to_string(nnodes), "--node-rank",
+                               std::to_string(node), "--nproc-per-node", std::to_string(nproc), "--master-addr",
+                               addr, "--master-port", std::to_string(port), "--rdzv-timeout", "30", "--"};
+  cmd.insert(cmd.end(), program.begin(), program.end());
+  return cmd;
+}
+
+}  // namespace
+
+TEST(LauncherMultiNode, LoopbackAgentsNumberRanksNodeByNode) {
+  const int port = free_port_pair();
+  // Node 1 starts first: it must wait for node 0. Different worker counts per node are allowed.
+  Child n1(node_cmd(1, 2, 2, port, {ENV_PROBE_BIN}));
+  Child n0(node_cmd(0, 2, 1, port, {ENV_PROBE_BIN}));
+  Result r0 = n0.wait(30), r1 = n1.wait(30);
+  ASSERT_EQ(r0.exit_code(), 0) << r0.err;
+  ASSERT_EQ(r1.exit_code(), 0) << r1.err;
+  EXPECT_NE(r0.out.find("[0] ENV COHORT_RANK=0\n"), std::string::npos) << r0.out;
+  EXPECT_NE(r0.out.find("[0] ENV COHORT_WORLD_SIZE=3\n"), std::string::npos);
+  EXPECT_NE(r1.out.find("[1] ENV COHORT_RANK=1\n"), std::string::npos) << r1.out;
+  EXPECT_NE(r1.out.find("[1] ENV COHORT_LOCAL_RANK=0\n"), std::string::npos);
+  EXPECT_NE(r1.out.find("[2] ENV COHORT_RANK=2\n"), std::string::npos);
+  EXPECT_NE(r1.out.find("[2] ENV COHORT_NODE_RANK=1\n"), std::string::npos);
+  EXPECT_NE(r1.out.find("[2] ENV COHORT_LOCAL_WORLD_SIZE=2\n"), std::string::npos);
+  EXPECT_NE(r1.out.find("[2] ENV COHORT_WORLD_SIZE=3\n"), std::string::npos);
+}
+
+TEST(LauncherMultiNode, FailureOnOneNodeStopsTheOther) {
+  TempDir dir;
+  const int port = free_port_pair();
+  // Global rank 2 (node 1) exits with code 3; node 0's worker would otherwise sleep for minutes.
+  Child n0(node_cmd(0, 2, 2, port, {ENV_PROBE_BIN, "--exit", "2:3", "--delay", "500", "--sleep", "120"}),
+           {"PROBE_DIR=" + dir.path()});
+  Child n1(node_cmd(1, 2, 1, port, {ENV_PROBE_BIN, "--exit", "2:3", "--delay", "500", "--sleep", "120"}),
+           {"PROBE_DIR=" + dir.path()});
+  std::vector<pid_t> pids = wait_for_pids(dir.path(), 3, 20);
+  ASSERT_EQ(pids.size(), 3u);
+  ASSERT_TRUE(all_gone_within({pids[2]}, 10));
+  EXPECT_TRUE(all_gone_within(pids, 5)) << "node 0's workers survived a failure on node 1";
+  Result r0 = n0.wait(10), r1 = n1.wait(10);
+  EXPECT_NE(r0.exit_code(), 0);
+  EXPECT_NE(r1.exit_code(), 0);
+  for (const Result* r : {&r0, &r1}) {
+    EXPECT_NE(r->err.find("rank 2 (node 1"), std::string::npos) << r->err;
+    EXPECT_NE(r->err.find("exited with code 3"), std::string::npos) << r->err;
+  }
+}
+
+TEST(LauncherMultiNode, LosingNodeZeroStopsTheOthers) {
+  TempDir dir;
+  const int port = free_port_pair();
+  Child n0(node_cmd(0, 2, 1, port, {ENV_PROBE_BIN, "--sleep", "120"}), {"PROBE_DIR=" + dir.path()});
+  Child n1(node_cmd(1, 2, 1, port, {ENV_PROBE_BIN, "--sleep", "120"}), {"PROBE_DIR=" + dir.path()});
+  std::vector<pid_t> pids = wait_for_pids(dir.path(), 2, 20);
+  ASSERT_EQ(pids.size(), 2u);
+  kill(n0.pid(), SIGKILL);  // node 0's agent vanishes (its worker dies with it)
+  Result r1 = n1.wait(15);
+  ASSERT_FALSE(r1.timed_out);
+  EXPECT_NE(r1.exit_code(), 0);
+  EXPECT_NE(r1.err.find("lost contact with node 0"), std::string::npos) << r1.err;
+  EXPECT_TRUE(all_gone_within(pids, 5));
+}

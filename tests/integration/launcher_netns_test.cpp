@@ -1,0 +1,90 @@
+// Two nodes as two network namespaces joined by a veth pair (10.77.0.1 and 10.77.0.2, addresses that
+// exist only inside this test's own namespaces): `cohort run` on each, the Fashion-MNIST example
+// trains a few steps over the "network", and both ranks end with the same parameters.
+// Needs root and iproute2 (`ip netns`); skipped with the reason otherwise. The namespaces are
+// named after this process and removed at the end, also when the test fails.
+#include <gtest/gtest.h>
+
+#include <regex>
+
+#include "launcher_test_util.h"
+
+using namespace launcher_test;
+
+namespace {
+
+std::string find_ip() {
+  for (const char* p : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"}) {
+    if (access(p, X_OK) == 0) return p;
+  }
+  return "";
+}
+
+int sh(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()); }
+
+// Two namespaces A and B, veth A:10.77.0.1/24 <-> B:10.77.0.2/24, loopback up in both.
+class NamespacePair {
+ public:
+  explicit NamespacePair(const std::string& ip) : ip_(ip) {
+    const std::string id = std::to_string(getpid());
+    a_ = "cohort_a" + id;
+    b_ = "cohort_b" + id;
+    const std::string va = "cva" + id, vb = "cvb" + id;
+    ok_ = sh(ip_ + " netns add " + a_) == 0 && sh(ip_ + " netns add " + b_) == 0 &&
+          sh(ip_ + " link add " + va + " type veth peer name " + vb) == 0 &&
+          sh(ip_ + " link set " + va + " netns " + a_) == 0 && sh(ip_ + " link set " + vb + " netns " + b_) == 0 &&
+          sh(ip_ + " -n " + a_ + " addr add 10.77.0.1/24 dev " + va) == 0 &&
+          sh(ip_ + " -n " + b_ + " addr add 10.77.0.2/24 dev " + vb) == 0 &&
+          sh(ip_ + " -n " + a_ + " link set " + va + " up") == 0 &&
+          sh(ip_ + " -n " + b_ + " link set " + vb + " up") == 0 &&
+          sh(ip_ + " -n " + a_ + " link set lo up") == 0 && sh(ip_ + " -n " + b_ + " link set lo up") == 0;
+    if (!ok_) sh(ip_ + " link del " + va);  // in case it was created but not moved
+  }
+  ~NamespacePair() {
+    sh(ip_ + " netns del " + a_);  // deleting a namespace deletes the veth end inside it
+    sh(ip_ + " netns del " + b_);
+  }
+  bool ok() const { return ok_; }
+  std::vector<std::string> exec_in(bool in_a, std::vector<std::string> cmd) const {
+    cmd.insert(cmd.begin(), {ip_, "netns", "exec", in_a ? a_ : b_});
+    return cmd;
+  }
+
+ private:
+  std::string ip_, a_, b_;
+  bool ok_ = false;
+};
+
+std::string checksum_of(const std::string& out) {
+  std::smatch m;
+  std::regex re(R"re("param_checksum":\s*("?[^,}"]+"?))re");
+  return std::regex_search(out, m, re) ? m[1].str() : "";
+}
+
+}  // namespace
+
+TEST(LauncherNetns, TwoNodesTrainFashionMnistAndAgree) {
+  const std::string ip = find_ip();
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to create network namespaces";
+  if (ip.empty()) GTEST_SKIP() << "needs iproute2 (ip netns); scripts/setup.sh installs it";
+  NamespacePair ns(ip);
+  ASSERT_TRUE(ns.ok()) << "could not create the namespaces and veth pair";
+
+  auto node = [&](int rank) {
+    return ns.exec_in(rank == 0, {COHORT_BIN, "run", "--nnodes", "2", "--node-rank", std::to_string(rank),
+                                  "--nproc-per-node", "1", "--master-addr", "10.77.0.1", "--master-port", "29500",
+                                  "--rdzv-timeout", "60", "--threads-per-proc", "1", "--", FASHION_MNIST_BIN,
+                                  "--max-steps", "5", "--no-eval", "--threads", "1"});
+  };
+  Child n1(node(1));  // the second node may start first
+  Child n0(node(0));
+  Result r0 = n0.wait(240), r1 = n1.wait(240);
+  ASSERT_FALSE(r0.timed_out || r1.timed_out);
+  ASSERT_EQ(r0.exit_code(), 0) << r0.out << r0.err;
+  ASSERT_EQ(r1.exit_code(), 0) << r1.out << r1.err;
+  EXPECT_NE(r0.out.find("[0] {"), std::string::npos) << r0.out;
+  EXPECT_NE(r1.out.find("[1] {"), std::string::npos) << r1.out;
+  const std::string c0 = checksum_of(r0.out), c1 = checksum_of(r1.out);
+  EXPECT_FALSE(c0.empty()) << r0.out;
+  EXPECT_EQ(c0, c1) << "node 0:\n" << r0.out << "node 1:\n" << r1.out;
+}

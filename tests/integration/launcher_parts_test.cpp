@@ -1,0 +1,116 @@
+// The launcher's pure parts, in-process: where the program's arguments begin, the worker
+// environment, exit descriptions, and the whole-line relay of partial writes.
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "launcher/cli.h"
+#include "launcher/failure_summary.h"
+#include "launcher/output_relay.h"
+#include "launcher/worker_env.h"
+
+using namespace cohort::launcher;
+
+TEST(LauncherParts, ProgramArgumentsAreNotCohortOptions) {
+  CLI::App app;
+  RunOptions o;
+  CLI::App* run = add_run_command(app, o);
+  std::vector<std::string> command;
+  auto ours = split_at_program({"run", "--nproc-per-node", "2", "-v", "./train", "--nproc-per-node", "7"}, *run, command);
+  EXPECT_EQ(ours, (std::vector<std::string>{"run", "--nproc-per-node", "2", "-v"}));
+  EXPECT_EQ(command, (std::vector<std::string>{"./train", "--nproc-per-node", "7"}));
+
+  command.clear();
+  ours = split_at_program({"run", "--log-dir=/tmp/x", "--", "-weird-name", "a"}, *run, command);
+  EXPECT_EQ(ours, (std::vector<std::string>{"run", "--log-dir=/tmp/x"}));
+  EXPECT_EQ(command, (std::vector<std::string>{"-weird-name", "a"}));
+
+  command.clear();
+  ours = split_at_program({"run", "--bogus", "prog"}, *run, command);  // CLI11 reports --bogus
+  EXPECT_EQ(ours, (std::vector<std::string>{"run", "--bogus"}));
+  EXPECT_EQ(command, (std::vector<std::string>{"prog"}));
+}
+
+TEST(LauncherParts, WorkerVariablesOverrideTheInheritedOnes) {
+  WorkerPlace p;
+  p.rank = 5;
+  p.world_size = 8;
+  p.local_rank = 1;
+  p.local_world_size = 4;
+  p.node_rank = 1;
+  p.nnodes = 2;
+  p.master_addr = "10.0.0.1";
+  p.master_port = 1234;
+  p.threads = 3;
+  auto env = merge_environment({"RANK=0", "PATH=/bin", "OMP_NUM_THREADS=16"}, worker_variables(p));
+  auto has = [&](const std::string& e) { return std::count(env.begin(), env.end(), e) == 1; };
+  EXPECT_TRUE(has("PATH=/bin"));
+  EXPECT_TRUE(has("RANK=5"));
+  EXPECT_FALSE(has("RANK=0"));
+  EXPECT_TRUE(has("COHORT_RANK=5"));
+  EXPECT_TRUE(has("WORLD_SIZE=8"));
+  EXPECT_TRUE(has("LOCAL_RANK=1"));
+  EXPECT_TRUE(has("LOCAL_WORLD_SIZE=4"));
+  EXPECT_TRUE(has("GROUP_RANK=1"));
+  EXPECT_TRUE(has("COHORT_NODE_RANK=1"));
+  EXPECT_TRUE(has("MASTER_ADDR=10.0.0.1"));
+  EXPECT_TRUE(has("MASTER_PORT=1234"));
+  EXPECT_TRUE(has("OMP_NUM_THREADS=3"));
+  EXPECT_TRUE(has("COHORT_THREADS=3"));
+  EXPECT_TRUE(has("TORCHELASTIC_RESTART_COUNT=0"));
+}
+
+TEST(LauncherParts, ExitDescriptions) {
+  EXPECT_EQ(describe_exit(3 << 8), "exited with code 3");
+  EXPECT_TRUE(exited_ok(0));
+  EXPECT_FALSE(exited_ok(3 << 8));
+  EXPECT_EQ(describe_exit(SIGKILL), "was killed by signal 9 (SIGKILL: Killed)");
+  EXPECT_NE(describe_exit(SIGSEGV).find("SIGSEGV"), std::string::npos);
+  WorkerFailure f{3, 1, 1, 42, 2 << 8, {"a", "b"}};
+  std::string s = failure_summary(f);
+  EXPECT_NE(s.find("rank 3 (node 1, local rank 1, pid 42) exited with code 2"), std::string::npos) << s;
+  EXPECT_NE(s.find("    [3] b\n"), std::string::npos) << s;
+}
+
+TEST(LauncherParts, RelayCompletesPartialLinesAndKeepsTheTail) {
+  char templ[] = "/tmp/cohort_relay_XXXXXX";
+  ASSERT_NE(mkdtemp(templ), nullptr);
+  const std::string log = std::string(templ) + "/rank7.log";
+  int p[2];
+  ASSERT_EQ(pipe2(p, O_NONBLOCK), 0);
+  // Keep the test's own stdout clean: relay into a pipe we read back.
+  int saved = dup(1), console[2];
+  ASSERT_EQ(pipe(console), 0);
+  dup2(console[1], 1);
+  {
+    OutputRelay relay(7, log, 2);
+    ASSERT_EQ(write(p[1], "one\ntw", 6), 6);
+    EXPECT_TRUE(relay.pump(p[0], OutputRelay::out));
+    ASSERT_EQ(write(p[1], "o\nthree\nfour", 12), 12);
+    EXPECT_TRUE(relay.pump(p[0], OutputRelay::out));
+    close(p[1]);
+    EXPECT_FALSE(relay.pump(p[0], OutputRelay::out));
+    relay.flush_partial();
+    EXPECT_EQ(relay.tail(), (std::deque<std::string>{"three", "four"}));
+  }
+  dup2(saved, 1);
+  close(console[1]);
+  char buf[256] = {};
+  ssize_t n = read(console[0], buf, sizeof(buf) - 1);
+  EXPECT_EQ(std::string(buf, static_cast<size_t>(std::max<ssize_t>(n, 0))), "[7] one\n[7] two\n[7] three\n[7] four\n");
+  FILE* f = fopen(log.c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  n = static_cast<ssize_t>(fread(buf, 1, sizeof(buf) - 1, f));
+  fclose(f);
+  EXPECT_EQ(std::string(buf, static_cast<size_t>(n)), "one\ntwo\nthree\nfour\n");
+  unlink(log.c_str());
+  rmdir(templ);
+  close(p[0]);
+  close(console[0]);
+  close(saved);
+}
