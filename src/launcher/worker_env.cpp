@@ -36,8 +36,10 @@ std::vector<std::string> worker_variables(const WorkerPlace& p) {
       num("MASTER_PORT", p.master_port),
       num("TORCHELASTIC_RESTART_COUNT", p.restart_count),
       num("TORCHELASTIC_MAX_RESTARTS", 0),
-      // intra-op threads for OpenMP / MKL / libtorch
+      // intra-op threads for OpenMP / MKL / libtorch, and OpenBLAS's own pool (Debian's libtorch
+      // calls BLAS through libblas.so.3 without setting OpenBLAS's threads)
       num("OMP_NUM_THREADS", p.threads),
+      num("OPENBLAS_NUM_THREADS", p.threads),
   };
 }
 

@@ -14,6 +14,7 @@ using cohort::testing::free_port;
 using cohort::testing::run_shell;
 
 const std::string kExample = COHORT_FASHION_MNIST;
+const std::string kCohort = COHORT_CLI;
 
 bool have_dataset() { return std::ifstream("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz").good(); }
 
@@ -59,6 +60,21 @@ TEST(Example, TwoRanksTrainAndAgreeOnParametersAndAreReproducible) {
   auto again = checksums(job().output);
   ASSERT_EQ(again.size(), 2u);
   EXPECT_EQ(again[0], sums[0]);
+}
+
+// The goal, as a user gets it: `cohort run` with 2 local ranks, 5 epochs of the CNN.
+TEST(Example, ReachesTheAccuracyGoalInFiveEpochsOnTwoRanks) {
+  if (!have_dataset()) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  auto r = run_shell("timeout 900 " + kCohort + " run --nproc-per-node 2 --threads-per-proc 1 -- " + kExample +
+                     " --epochs 5 --log-every 0");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::smatch m;
+  const std::regex re("\\[0\\] \\{.*\"test_accuracy\":([0-9.]+)");
+  ASSERT_TRUE(std::regex_search(r.output, m, re)) << r.output;
+  const double accuracy = std::stod(m[1]);
+  std::cout << "test accuracy after 5 epochs on 2 ranks: " << accuracy << std::endl;
+  EXPECT_GE(accuracy, 0.91);
+  EXPECT_EQ(checksums(r.output).size(), 2u);
 }
 
 }  // namespace
