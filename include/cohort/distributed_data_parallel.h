@@ -7,7 +7,8 @@
 //
 // At construction every rank checks that all ranks hold the same parameter and buffer names,
 // shapes and dtypes (a mismatch is a ConfigError on every rank, not a hang), then takes rank 0's
-// values. During backward, gradients are copied into buckets (bucket_cap_mb, filled in reverse
+// values. During backward, gradients go into buckets (after the first step each gradient shares
+// storage with its bucket, so nothing is copied; bucket_cap_mb, filled in reverse
 // registration order as in PyTorch's DDP, the first bucket capped at 1 MB so communication starts
 // early); a bucket's asynchronous allreduce is launched from the autograd hook of its last
 // gradient, in bucket order on every rank, so communication overlaps the rest of backward. When

@@ -18,18 +18,14 @@
 #include "cohort/error.h"
 #include "cohort/threads.h"
 #include "log.h"
+#include "duration_text.h"
 #include "net_util.h"
 #include "shm_allreduce.h"
 
 namespace cohort {
 namespace {
 
-std::string seconds_text(std::chrono::milliseconds ms) {
-  double s = ms.count() / 1000.0;
-  std::ostringstream os;
-  os << (s == std::floor(s) ? static_cast<long long>(s) : s) << " s";
-  return os.str();
-}
+using detail::seconds_text;
 
 void apply_env_overrides(InitOptions& options, int rank) {
   auto seconds = [&](const char* var, std::chrono::milliseconds& target) {

@@ -13,6 +13,7 @@
 #include <ctime>
 
 #include "cohort/error.h"
+#include "duration_text.h"
 #include "log.h"
 
 namespace cohort::detail {
@@ -36,7 +37,6 @@ void futex_wake_all(std::atomic<uint32_t>* addr) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
-std::string seconds_text(std::chrono::milliseconds ms) { return std::to_string(ms.count() / 1000.0).substr(0, 4) + " s"; }
 
 }  // namespace
 
@@ -76,7 +76,8 @@ std::unique_ptr<ShmAllreduce> ShmAllreduce::create(int rank, int world, bool eli
   // Rank 0 creates the segment and publishes its name, or an empty name when it could not.
   std::string name;
   if (rank == 0) {
-    name = "/cohort-" + std::to_string(::getpid()) + "-" + std::to_string(reinterpret_cast<uintptr_t>(&name) & 0xffffff);
+    static std::atomic<int> segments{0};  // several jobs in one process (tests run ranks as threads)
+    name = "/cohort-" + std::to_string(::getpid()) + "-" + std::to_string(segments++);
     int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
     // posix_fallocate reserves the pages now: on a full /dev/shm we fail here, not with SIGBUS later.
     if (fd < 0 || posix_fallocate(fd, 0, static_cast<off_t>(bytes)) != 0) {

@@ -71,7 +71,7 @@ TEST(ShmAllreduce, AMissingRankIsAnErrorAfterTheTimeoutNotAHang) {
       error = e.what();
     }
   }, options);
-  EXPECT_EQ(error, "rank 0: shared-memory allreduce: not every rank arrived within 0.50 s; a peer may have died or hung");
+  EXPECT_EQ(error, "rank 0: shared-memory allreduce: not every rank arrived within 0.5 s; a peer may have died or hung");
 }
 
 }  // namespace
