@@ -33,15 +33,15 @@ std::vector<WorkerPlace> local_places(const RunOptions& o, const RendezvousResul
   std::vector<WorkerPlace> places;
   for (int local = 0; local < o.nproc_per_node; ++local) {
     WorkerPlace p;
-    p.rank = r.rank_base + local;
-    p.world_size = r.world_size;
-    p.local_rank = local;
-    p.local_world_size = o.nproc_per_node;
-    p.node_rank = o.node_rank;
+    p.job.rank = r.rank_base + local;
+    p.job.world_size = r.world_size;
+    p.job.local_rank = local;
+    p.job.local_world_size = o.nproc_per_node;
+    p.job.node_rank = o.node_rank;
     p.nnodes = o.nnodes;
-    p.master_addr = o.master_addr;
-    p.master_port = o.master_port;
-    p.restart_count = 0;
+    p.job.master_addr = o.master_addr;
+    p.job.master_port = o.master_port;
+    p.job.restart_count = 0;
     p.threads = o.threads_per_proc;
     places.push_back(p);
   }

@@ -6,19 +6,15 @@
 #include <string>
 #include <vector>
 
+#include "cohort/job_env.h"
+
 namespace cohort::launcher {
 
-/// Where one worker sits in the job.
+/// Where one worker sits in the job: exactly what cohort::init() reads back from the variables
+/// (the round trip is tested), plus what only the launcher knows.
 struct WorkerPlace {
-  int rank = 0;
-  int world_size = 1;
-  int local_rank = 0;
-  int local_world_size = 1;
-  int node_rank = 0;
+  JobEnv job;
   int nnodes = 1;
-  std::string master_addr;
-  int master_port = 0;
-  int restart_count = 0;
   int threads = 1;
 };
 

@@ -51,8 +51,8 @@ void WorkerGroup::start(const std::vector<WorkerPlace>& places, const std::vecto
   for (const WorkerPlace& place : places) {
     Worker w;
     w.place = place;
-    std::string log_path = log_dir.empty() ? "" : log_dir + "/rank" + std::to_string(place.rank) + ".log";
-    w.relay = std::make_unique<OutputRelay>(place.rank, log_path, tail_lines);
+    std::string log_path = log_dir.empty() ? "" : log_dir + "/rank" + std::to_string(place.job.rank) + ".log";
+    w.relay = std::make_unique<OutputRelay>(place.job.rank, log_path, tail_lines);
     SpawnedProcess p = spawn_worker(command, merge_environment(base, worker_variables(place)));
     w.pid = p.pid;
     w.fds[0] = p.stdout_fd;
@@ -126,7 +126,7 @@ bool WorkerGroup::all_succeeded() const {
 }
 
 WorkerFailure WorkerGroup::failure_of(const Worker& w) const {
-  return {w.place.rank, w.place.local_rank, w.place.node_rank, w.pid, w.wait_status, w.relay->tail()};
+  return {w.place.job.rank, w.place.job.local_rank, w.place.job.node_rank, w.pid, w.wait_status, w.relay->tail()};
 }
 
 void WorkerGroup::kill_groups(int sig) {

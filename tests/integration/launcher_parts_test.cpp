@@ -2,6 +2,8 @@
 // environment, exit descriptions, and the whole-line relay of partial writes.
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -38,14 +40,14 @@ TEST(LauncherParts, ProgramArgumentsAreNotCohortOptions) {
 
 TEST(LauncherParts, WorkerVariablesOverrideTheInheritedOnes) {
   WorkerPlace p;
-  p.rank = 5;
-  p.world_size = 8;
-  p.local_rank = 1;
-  p.local_world_size = 4;
-  p.node_rank = 1;
+  p.job.rank = 5;
+  p.job.world_size = 8;
+  p.job.local_rank = 1;
+  p.job.local_world_size = 4;
+  p.job.node_rank = 1;
   p.nnodes = 2;
-  p.master_addr = "10.0.0.1";
-  p.master_port = 1234;
+  p.job.master_addr = "10.0.0.1";
+  p.job.master_port = 1234;
   p.threads = 3;
   auto env = merge_environment({"RANK=0", "PATH=/bin", "OMP_NUM_THREADS=16"}, worker_variables(p));
   auto has = [&](const std::string& e) { return std::count(env.begin(), env.end(), e) == 1; };
@@ -64,6 +66,37 @@ TEST(LauncherParts, WorkerVariablesOverrideTheInheritedOnes) {
   EXPECT_TRUE(has("OPENBLAS_NUM_THREADS=3"));
   EXPECT_TRUE(has("COHORT_THREADS=3"));
   EXPECT_TRUE(has("TORCHELASTIC_RESTART_COUNT=0"));
+}
+
+// The launcher writes exactly what cohort::init() reads: one contract, checked both ways.
+TEST(LauncherParts, WorkerVariablesResolveBackToTheSamePlace) {
+  WorkerPlace p;
+  p.job.rank = 6;
+  p.job.world_size = 9;
+  p.job.local_rank = 0;
+  p.job.local_world_size = 3;
+  p.job.node_rank = 2;
+  p.job.master_addr = "node0.example";
+  p.job.master_port = 4321;
+  p.job.restart_count = 1;
+  p.nnodes = 3;
+  const auto vars = worker_variables(p);
+  auto lookup = [&](const std::string& name) -> std::optional<std::string> {
+    for (const auto& v : vars) {
+      if (v.rfind(name + "=", 0) == 0) return v.substr(name.size() + 1);
+    }
+    return std::nullopt;
+  };
+  const cohort::JobEnv back = cohort::resolve_job_env(lookup);
+  EXPECT_EQ(back.source, "cohort");
+  EXPECT_EQ(back.rank, p.job.rank);
+  EXPECT_EQ(back.world_size, p.job.world_size);
+  EXPECT_EQ(back.local_rank, p.job.local_rank);
+  EXPECT_EQ(back.local_world_size, p.job.local_world_size);
+  EXPECT_EQ(back.node_rank, p.job.node_rank);
+  EXPECT_EQ(back.master_addr, p.job.master_addr);
+  EXPECT_EQ(back.master_port, p.job.master_port);
+  EXPECT_EQ(back.restart_count, p.job.restart_count);
 }
 
 TEST(LauncherParts, ExitDescriptions) {
