@@ -11,6 +11,8 @@
 #include <climits>
 #include <cstring>
 #include <ctime>
+#include <fstream>
+#include <signal.h>
 
 #include "cohort/error.h"
 #include "duration_text.h"
@@ -21,11 +23,23 @@ namespace cohort::detail {
 struct ShmAllreduce::Control {
   std::atomic<uint32_t> arrived;
   std::atomic<uint32_t> generation;  // bumped by the last rank to arrive; waiters sleep on it
+  std::atomic<int32_t> pid[kMaxWatchedRanks];  // each rank's process, so waiters notice a death
 };
 
 namespace {
 
 constexpr size_t kControlBytes = 4096;
+static_assert(2 * sizeof(uint32_t) + ShmAllreduce::kMaxWatchedRanks * sizeof(int32_t) <= kControlBytes);
+
+// A process that no longer runs, or is a zombie nobody has reaped yet.
+bool process_gone(pid_t pid) {
+  if (::kill(pid, 0) != 0) return errno == ESRCH;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string skip, state;
+  // pid (comm) state ...; comm has no spaces for our programs, and a read failure means "not gone".
+  if (!(stat >> skip >> skip >> state)) return false;
+  return state == "Z" || state == "X";
+}
 
 void futex_wait(std::atomic<uint32_t>* addr, uint32_t expected, long nanos) {
   timespec ts{0, nanos};
@@ -124,6 +138,8 @@ ShmAllreduce::ShmAllreduce(int rank, int world, void* base, size_t bytes, size_t
     : rank_(rank), world_(world), base_(base), bytes_(bytes), slot_bytes_(slot_bytes), timeout_(timeout) {
   control_ = static_cast<Control*>(base_);  // zero-filled by posix_fallocate: counters start at 0
   buffers_ = static_cast<unsigned char*>(base_) + kControlBytes;
+  if (rank_ < kMaxWatchedRanks) control_->pid[rank_].store(static_cast<int32_t>(::getpid()));
+  seen_alive_.assign(static_cast<size_t>(world_), false);
   thread_ = std::thread([this] { run(); });
 }
 
@@ -232,7 +248,24 @@ void ShmAllreduce::barrier() {
       throw CommError(rank_, "shared-memory allreduce: not every rank arrived within " + seconds_text(timeout_) +
                                  "; a peer may have died or hung");
     }
-    futex_wait(&control_->generation, gen, 50'000'000);  // 50 ms, then re-check the deadline
+    futex_wait(&control_->generation, gen, 50'000'000);  // 50 ms, then re-check deadline and peers
+    check_peers_alive();
+  }
+}
+
+// A dead peer never arrives: say so now instead of at the timeout. A peer counts as dead only if
+// it was seen alive before (in another PID namespace its pid is never visible, so never "dead").
+void ShmAllreduce::check_peers_alive() {
+  for (int k = 0; k < std::min(world_, kMaxWatchedRanks); ++k) {
+    const pid_t pid = control_->pid[k].load(std::memory_order_relaxed);
+    if (k == rank_ || pid <= 0) continue;
+    const bool gone = process_gone(pid);
+    if (!gone) {
+      seen_alive_[k] = true;
+    } else if (seen_alive_[k]) {
+      throw CommError(rank_, "shared-memory allreduce: rank " + std::to_string(k) + " (pid " + std::to_string(pid) +
+                                 ") died; stopping instead of waiting for it");
+    }
   }
 }
 

@@ -11,8 +11,8 @@
 // every rank passed chunk i+1's first barrier, i.e. finished reading chunk i. Each segment is
 // summed by one rank in a fixed order, so every rank gets bitwise the same result.
 //
-// Barriers spin briefly, then sleep on a futex; a rank that does not arrive within the timeout
-// makes the others throw CommError (no hang). Operations run on one background thread in the order
+// Barriers spin briefly, then sleep on a futex; a rank whose process dies, or that does not arrive
+// within the timeout, makes the others throw CommError (no hang). Operations run on one background thread in the order
 // they were submitted, so ranks that submit in the same order match up.
 // Not here: other reductions than sum, dtypes other than float / double, ranks on several machines.
 #pragma once
@@ -28,6 +28,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 namespace cohort::detail {
 
@@ -46,6 +47,9 @@ class ShmPending {
 
 class ShmAllreduce {
  public:
+  /// Ranks whose process a waiting rank watches, so that a peer's death is an error at once.
+  static constexpr int kMaxWatchedRanks = 1000;
+
   /// Every rank of the world calls this together. Returns nullptr on every rank unless every rank
   /// is `eligible` (believes all ranks share its machine) and every rank could map the segment
   /// rank 0 created — so ranks on other machines, or a /dev/shm too small, fall back to the
@@ -68,6 +72,7 @@ class ShmAllreduce {
   template <typename T>
   void allreduce_typed(T* data, size_t n);
   void barrier();
+  void check_peers_alive();
 
   int rank_;
   int world_;
@@ -78,6 +83,7 @@ class ShmAllreduce {
   Control* control_;
   unsigned char* buffers_;
   uint64_t chunk_counter_ = 0;
+  std::vector<bool> seen_alive_;  // used by the operations thread only
 
   std::mutex mu_;
   std::condition_variable cv_;

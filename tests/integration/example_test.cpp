@@ -62,6 +62,30 @@ TEST(Example, TwoRanksTrainAndAgreeOnParametersAndAreReproducible) {
   EXPECT_EQ(again[0], sums[0]);
 }
 
+// A peer that dies mid-training (SIGKILL, ranks started by hand, no launcher to stop the rest):
+// the survivor names the dead rank within seconds instead of waiting out the 300 s collective
+// timeout in the shared-memory allreduce.
+TEST(Example, ASurvivorNamesTheDeadPeerInsteadOfHanging) {
+  if (!have_dataset()) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  const std::string dir = ::testing::TempDir() + "/cohort_dead_peer_" + std::to_string(::getpid());
+  const std::string port = std::to_string(free_port());
+  const std::string common = " WORLD_SIZE=2 MASTER_PORT=" + port + " " + kExample +
+                             " --epochs 1000 --no-eval --threads 1 --log-every 20 ";
+  auto r = run_shell("mkdir -p " + dir + "; cd " + dir + " || exit 1; " +
+                     "(env -i RANK=0" + common + "> out0 2>&1 & echo $! > pid0; wait) & " +
+                     "env -i RANK=1" + common + "> out1 2>&1 & p1=$!; "
+                     "for i in $(seq 600); do grep -q 'step 20' out0 2>/dev/null && break; sleep 0.1; done; "
+                     "kill -9 $p1; start=$(date +%s%N); p0=$(cat pid0); "
+                     "while kill -0 $p0 2>/dev/null; do sleep 0.05; [ $(( ($(date +%s%N) - start) / 1000000 )) -gt 60000 ] && kill -9 $p0; done; "
+                     "echo after_ms=$(( ($(date +%s%N) - start) / 1000000 )); cat out0; wait");
+  EXPECT_TRUE(contains(r.output, "step 20")) << r.output;
+  EXPECT_TRUE(contains(r.output, "rank 0: shared-memory allreduce: rank 1 (pid ")) << r.output;
+  EXPECT_TRUE(contains(r.output, ") died; stopping instead of waiting for it")) << r.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m, std::regex("after_ms=([0-9]+)"))) << r.output;
+  EXPECT_LT(std::stol(m[1]), 30000) << "the survivor did not notice the death well before the collective timeout";
+}
+
 // The goal, as a user gets it: `cohort run` with 2 local ranks, 5 epochs of the CNN.
 TEST(Example, ReachesTheAccuracyGoalInFiveEpochsOnTwoRanks) {
   if (!have_dataset()) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
