@@ -153,6 +153,9 @@ void GradReducer::on_grad_ready(size_t index) {
   }
   if (!in_backward_) begin_iteration();
   if (slot.fired) {
+    // The engine drops its queued callbacks when a hook throws: reset here, or the next backward
+    // would think this one is still running.
+    reset_iteration();
     throw ConfigError(rank_, "DDP: parameter '" + params_[index].name +
                                  "' received its gradient twice in one backward pass; re-entrant or "
                                  "retain_graph backward through DDP is not supported");
@@ -162,6 +165,11 @@ void GradReducer::on_grad_ready(size_t index) {
   copy_into_bucket(index, true);
   Bucket& bucket = buckets_[slot.bucket];
   if (--bucket.pending == 0) launch_ready_buckets(/*from_hook=*/true);
+}
+
+void GradReducer::reset_iteration() {
+  in_backward_ = false;
+  for (auto& s : slots_) s.fired = s.accumulated = false;
 }
 
 void GradReducer::begin_iteration() {
@@ -254,10 +262,7 @@ void GradReducer::wait(WorkHandle& work, const char* what) {
 }
 
 void GradReducer::finish_iteration() {
-  OnExit reset{[this] {
-    in_backward_ = false;
-    for (auto& s : slots_) s.fired = s.accumulated = false;
-  }};
+  OnExit reset{[this] { reset_iteration(); }};
   // Complete the buckets whose parameters got no gradient in this backward: a gradient
   // accumulated under no_sync still counts; otherwise the parameter contributes zeros.
   for (auto& b : buckets_) {
@@ -293,21 +298,23 @@ void GradReducer::finish_iteration() {
 }
 
 void GradReducer::finish_reference() {
-  OnExit reset{[this] {
-    in_backward_ = false;
-    for (auto& s : slots_) s.fired = s.accumulated = false;
-  }};
+  OnExit reset{[this] { reset_iteration(); }};
   torch::NoGradGuard no_grad;
   // One flag per parameter first, so that a parameter no rank used keeps its gradient.
-  auto used = torch::zeros({static_cast<int64_t>(params_.size())}, torch::kFloat);
+  std::vector<float> local_used(params_.size(), 0.0f);
   for (size_t i = 0; i < params_.size(); ++i) {
-    if ((slots_[i].fired || slots_[i].accumulated) && params_[i].tensor.grad().defined()) used[i] = 1;
+    if ((slots_[i].fired || slots_[i].accumulated) && params_[i].tensor.grad().defined()) local_used[i] = 1;
   }
-  std::vector<torch::Tensor> flags{used};
+  // On the parameters' device: the process group for CUDA tensors (NCCL) takes no CPU tensors.
+  std::vector<torch::Tensor> flags{
+      torch::from_blob(local_used.data(), {static_cast<int64_t>(local_used.size())}, torch::kFloat)
+          .to(params_.front().tensor.device(), /*non_blocking=*/false, /*copy=*/true)};
   auto work = group_->allreduce(flags);
   wait(work, "allreduce of used-parameter flags");
+  const auto used = flags[0].cpu();
+  const float* used_by = used.data_ptr<float>();
   for (size_t i = 0; i < params_.size(); ++i) {
-    if (used[i].item<float>() <= 0) continue;
+    if (used_by[i] <= 0) continue;
     auto& param = params_[i].tensor;
     const bool local = (slots_[i].fired || slots_[i].accumulated) && param.grad().defined();
     torch::Tensor grad = local ? param.grad() : torch::zeros_like(param);

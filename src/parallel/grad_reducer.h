@@ -69,6 +69,7 @@ class GradReducer : public std::enable_shared_from_this<GradReducer> {
   void attach_hooks();
   void on_grad_ready(size_t index);
   void begin_iteration();
+  void reset_iteration();
   void copy_into_bucket(size_t index, bool used);
   void launch_ready_buckets(bool from_hook);
   void finish_iteration();
