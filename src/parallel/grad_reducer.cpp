@@ -231,10 +231,10 @@ void GradReducer::launch_ready_buckets(bool from_hook) {
     b.flat.narrow(0, b.numel, n).copy_(torch::from_blob(b.used.data(), {n}, torch::kFloat));
     (from_hook ? stats_.buckets_launched_in_backward : stats_.buckets_launched_at_end)++;
     if (world_ == 1) continue;  // alone: the bucket already holds the average and the used flags
-    b.flat.div_(world_);  // average before summing, as PyTorch does (keeps fp16 in range)
     if (shm_ && ShmAllreduce::supports(b.flat)) {
-      b.shm_work = shm_->allreduce_async(b.flat);
+      b.shm_work = shm_->allreduce_async(b.flat, 1.0 / world_);  // averages within its sum pass
     } else {
+      b.flat.div_(world_);  // average before summing, as PyTorch does (keeps fp16 in range)
       std::vector<torch::Tensor> tensors{b.flat};
       b.work = group_->allreduce(tensors);
     }

@@ -153,11 +153,11 @@ ShmAllreduce::~ShmAllreduce() {
   munmap(base_, bytes_);
 }
 
-std::shared_ptr<ShmPending> ShmAllreduce::allreduce_async(at::Tensor t) {
+std::shared_ptr<ShmPending> ShmAllreduce::allreduce_async(at::Tensor t, double scale) {
   auto pending = std::make_shared<ShmPending>();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.emplace_back(std::move(t), pending);
+    queue_.push_back(Op{std::move(t), scale, pending});
   }
   cv_.notify_one();
   return pending;
@@ -165,7 +165,7 @@ std::shared_ptr<ShmPending> ShmAllreduce::allreduce_async(at::Tensor t) {
 
 void ShmAllreduce::run() {
   for (;;) {
-    std::pair<at::Tensor, std::shared_ptr<ShmPending>> op;
+    Op op;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
@@ -175,29 +175,30 @@ void ShmAllreduce::run() {
     }
     std::exception_ptr error;
     try {
-      allreduce_now(op.first);
+      allreduce_now(op);
     } catch (...) {
       error = std::current_exception();
     }
     {
-      std::lock_guard<std::mutex> lock(op.second->mu_);
-      op.second->done_ = true;
-      op.second->error_ = error;
+      std::lock_guard<std::mutex> lock(op.pending->mu_);
+      op.pending->done_ = true;
+      op.pending->error_ = error;
     }
-    op.second->cv_.notify_all();
+    op.pending->cv_.notify_all();
   }
 }
 
-void ShmAllreduce::allreduce_now(at::Tensor& t) {
+void ShmAllreduce::allreduce_now(Op& op) {
+  at::Tensor& t = op.tensor;
   if (t.scalar_type() == at::kFloat) {
-    allreduce_typed(t.data_ptr<float>(), static_cast<size_t>(t.numel()));
+    allreduce_typed(t.data_ptr<float>(), static_cast<size_t>(t.numel()), static_cast<float>(op.scale));
   } else {
-    allreduce_typed(t.data_ptr<double>(), static_cast<size_t>(t.numel()));
+    allreduce_typed(t.data_ptr<double>(), static_cast<size_t>(t.numel()), op.scale);
   }
 }
 
 template <typename T>
-void ShmAllreduce::allreduce_typed(T* data, size_t n) {
+void ShmAllreduce::allreduce_typed(T* data, size_t n, T scale) {
   const size_t chunk = slot_bytes_ / sizeof(T);
   for (size_t begin = 0; begin < n; begin += chunk) {
     const size_t len = std::min(chunk, n - begin);
@@ -219,6 +220,9 @@ void ShmAllreduce::allreduce_typed(T* data, size_t n) {
       for (int k = 1; k < world_; ++k) {
         const T* other = slot(k) + i0;
         for (size_t j = 0; j < m; ++j) acc[j] += other[j];
+      }
+      if (scale != T(1)) {
+        for (size_t j = 0; j < m; ++j) acc[j] *= scale;
       }
       std::memcpy(slot(rank_) + i0, acc, m * sizeof(T));
     }

@@ -61,16 +61,22 @@ class ShmAllreduce {
 
   /// Whether this engine can reduce `t` (CPU, contiguous, float or double).
   static bool supports(const at::Tensor& t);
-  /// Sums `t` over all ranks in place, asynchronously.
-  std::shared_ptr<ShmPending> allreduce_async(at::Tensor t);
+  /// Sums `t` over all ranks in place, asynchronously, and multiplies the sum by `scale` in the
+  /// same pass (DDP's 1/world averaging costs no extra pass over the bucket).
+  std::shared_ptr<ShmPending> allreduce_async(at::Tensor t, double scale = 1.0);
 
  private:
   struct Control;
   ShmAllreduce(int rank, int world, void* base, size_t bytes, size_t slot_bytes, std::chrono::milliseconds timeout);
   void run();
-  void allreduce_now(at::Tensor& t);
+  struct Op {
+    at::Tensor tensor;
+    double scale;
+    std::shared_ptr<ShmPending> pending;
+  };
+  void allreduce_now(Op& op);
   template <typename T>
-  void allreduce_typed(T* data, size_t n);
+  void allreduce_typed(T* data, size_t n, T scale);
   void barrier();
   void check_peers_alive();
 
@@ -87,7 +93,7 @@ class ShmAllreduce {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::pair<at::Tensor, std::shared_ptr<ShmPending>>> queue_;
+  std::deque<Op> queue_;
   bool stop_ = false;
   std::thread thread_;
 };

@@ -48,6 +48,18 @@ TEST(ShmAllreduce, SumsFloatsAndDoubles) {
   check_sums(4, torch::kDouble, 777, 4 << 20);
 }
 
+TEST(ShmAllreduce, ScalesTheSumInTheSamePass) {
+  std::vector<torch::Tensor> results(3);
+  RankOptions options{.same_machine = true};
+  options.init.shm_slot_bytes = 256;
+  run_ranks(3, [&](std::shared_ptr<cohort::Context> ctx) {
+    auto x = torch::full({1000}, static_cast<float>(ctx->rank() + 1));  // 1 + 2 + 3 = 6
+    ctx->shm_allreduce()->allreduce_async(x, 0.5)->wait();
+    results[ctx->rank()] = x;
+  }, options);
+  for (const auto& x : results) EXPECT_TRUE(x.equal(torch::full({1000}, 3.0f)));
+}
+
 TEST(ShmAllreduce, ManySmallChunksWithUnevenSegments) {
   check_sums(3, torch::kFloat, 1001, 256);  // 64 floats a chunk, segments of 21/21/22
   check_sums(4, torch::kFloat, 3, 64);      // fewer elements than ranks
