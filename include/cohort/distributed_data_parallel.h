@@ -66,7 +66,6 @@ class DataParallelCore {
   /// Bucket layout: for each bucket, the names of its parameters (for tests and diagnostics).
   std::vector<std::vector<std::string>> bucket_layout() const;
   void assert_in_sync() const;
-  const std::shared_ptr<Context>& context() const;
 
  private:
   struct Impl;

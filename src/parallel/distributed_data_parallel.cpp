@@ -70,7 +70,6 @@ void DataParallelCore::set_sync(bool enabled) { impl_->reducer->set_sync(enabled
 bool DataParallelCore::sync_enabled() const { return impl_->reducer->sync_enabled(); }
 DDPStats DataParallelCore::stats() const { return impl_->reducer->stats(); }
 std::vector<std::vector<std::string>> DataParallelCore::bucket_layout() const { return impl_->reducer->bucket_layout(); }
-const std::shared_ptr<Context>& DataParallelCore::context() const { return impl_->ctx; }
 
 void DataParallelCore::assert_in_sync() const {
   assert_same_values(*impl_->ctx, impl_->params, "DistributedDataParallel parameters");

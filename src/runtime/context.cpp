@@ -13,6 +13,7 @@
 #include <ATen/Parallel.h>
 
 #include <cmath>
+#include <optional>
 #include <thread>
 
 #include "cohort/error.h"
@@ -28,29 +29,25 @@ namespace {
 using detail::seconds_text;
 
 void apply_env_overrides(InitOptions& options, int rank) {
-  auto seconds = [&](const char* var, std::chrono::milliseconds& target) {
-    if (auto v = process_env(var)) {
-      try {
-        double s = std::stod(*v);
-        if (s <= 0) throw std::invalid_argument("not positive");
-        target = std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
-      } catch (const std::exception&) {
-        throw ConfigError(rank, std::string(var) + "='" + *v + "' is not a positive number of seconds");
-      }
-    }
-  };
-  seconds("COHORT_STORE_TIMEOUT_S", options.store_timeout);
-  seconds("COHORT_COLLECTIVE_TIMEOUT_S", options.collective_timeout);
-  if (auto v = process_env("COHORT_SHM")) options.shm_allreduce = *v != "0";
-  if (auto v = process_env("COHORT_SHM_SLOT_MB")) {
+  // A positive number from `var`, if set; `what` completes the error ("a positive number<what>").
+  auto positive = [&](const char* var, const char* what) -> std::optional<double> {
+    auto v = process_env(var);
+    if (!v) return std::nullopt;
     try {
-      const double mb = std::stod(*v);
-      if (mb <= 0) throw std::invalid_argument("not positive");
-      options.shm_slot_bytes = static_cast<size_t>(mb * (1 << 20));
+      const double x = std::stod(*v);
+      if (x > 0) return x;
     } catch (const std::exception&) {
-      throw ConfigError(rank, "COHORT_SHM_SLOT_MB='" + *v + "' is not a positive number");
     }
+    throw ConfigError(rank, std::string(var) + "='" + *v + "' is not a positive number" + what);
+  };
+  if (auto s = positive("COHORT_STORE_TIMEOUT_S", " of seconds")) {
+    options.store_timeout = std::chrono::milliseconds(static_cast<int64_t>(*s * 1000));
   }
+  if (auto s = positive("COHORT_COLLECTIVE_TIMEOUT_S", " of seconds")) {
+    options.collective_timeout = std::chrono::milliseconds(static_cast<int64_t>(*s * 1000));
+  }
+  if (auto v = process_env("COHORT_SHM")) options.shm_allreduce = *v != "0";
+  if (auto mb = positive("COHORT_SHM_SLOT_MB", "")) options.shm_slot_bytes = static_cast<size_t>(*mb * (1 << 20));
   if (auto v = process_env("COHORT_THREADS")) {
     try {
       options.threads = std::stoi(*v);

@@ -33,8 +33,6 @@ spdlog::level::level_enum to_spdlog(LogLevel level) {
 
 }  // namespace
 
-bool log_enabled(LogLevel level) { return logger().should_log(to_spdlog(level)); }
-
 void log(LogLevel level, const std::string& message) { logger().log(to_spdlog(level), message); }
 
 void set_log_rank(int rank, int node_rank) {

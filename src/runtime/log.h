@@ -10,7 +10,6 @@ namespace cohort::detail {
 
 enum class LogLevel { trace, debug, info, warn, error };
 
-bool log_enabled(LogLevel level);
 void log(LogLevel level, const std::string& message);
 inline void log_info(const std::string& m) { log(LogLevel::info, m); }
 inline void log_warn(const std::string& m) { log(LogLevel::warn, m); }
