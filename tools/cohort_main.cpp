@@ -1,11 +1,12 @@
-// `cohort`: the command line. Subcommands: run (src/launcher/); ckpt and dashboard arrive with
-// their issues. Errors are one line on stderr and a non-zero exit.
+// `cohort`: the command line. Subcommands: run (src/launcher/), ckpt (ckpt_command.cpp);
+// dashboard arrives with its issue. Errors are one line on stderr and a non-zero exit.
 #include <CLI/CLI.hpp>
 
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "ckpt_command.h"
 #include "cohort/version.h"
 #include "launcher/agent.h"
 #include "launcher/cli.h"
@@ -20,6 +21,8 @@ int main(int argc, char** argv) {
       "or srun. Documentation: docs/launcher.md and docs/ in the source tree.");
   cohort::launcher::RunOptions run_options;
   CLI::App* run = cohort::launcher::add_run_command(app, run_options);
+  cohort::tools::CkptOptions ckpt_options;
+  CLI::App* ckpt = cohort::tools::add_ckpt_command(app, ckpt_options);
 
   // CLI11 sees cohort's own arguments only; the program and its arguments are kept apart.
   std::vector<std::string> args(argv + 1, argv + argc);
@@ -37,11 +40,12 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     std::string what = e.what();
     for (char& c : what) c = c == '\n' ? ' ' : c;
-    std::cerr << "cohort" << (run->parsed() ? " run" : "") << ": error: " << what
-              << " (see cohort" << (run->parsed() ? " run" : "") << " --help)" << std::endl;
+    const std::string sub = run->parsed() ? " run" : ckpt->parsed() ? " ckpt" : "";
+    std::cerr << "cohort" << sub << ": error: " << what << " (see cohort" << sub << " --help)" << std::endl;
     return 2;
   }
   if (run->parsed()) return cohort::launcher::run_job(run_options);
+  if (ckpt->parsed()) return cohort::tools::run_ckpt_command(*ckpt, ckpt_options);
   if (!run_options.command.empty()) {
     std::cerr << "cohort: error: unexpected arguments; to start a program use cohort run [--] PROGRAM" << std::endl;
     return 2;

@@ -1,6 +1,7 @@
 // cohort/cohort.h — everything a training program needs, in one include.
 #pragma once
 
+#include "cohort/checkpointer.h"
 #include "cohort/checksum.h"
 #include "cohort/context.h"
 #include "cohort/distributed_data_parallel.h"

@@ -43,6 +43,12 @@ class CommError : public Error {
   using Error::Error;
 };
 
+/// Saving or restoring a checkpoint failed: a full disk, a missing or corrupt file. Training can
+/// carry on; nothing partial is left visible.
+class CheckpointError : public Error {
+  using Error::Error;
+};
+
 namespace detail {
 [[noreturn]] void check_failed(const char* expr, const char* file, int line, const std::string& msg);
 }  // namespace detail

@@ -4,7 +4,14 @@
 // 2.x:  c10d::ProcessGroup dispatches to a c10d::Backend; ProcessGroupGloo / ProcessGroupNCCL are
 //       Backends with the same allreduce/broadcast/allgather/barrier signatures.
 // cohort calls the Gloo / NCCL object directly through `cohort::Backend`, which is the common base.
+// Optimizer state: 1.13 keys torch::optim::Optimizer::state() by the parameter's TensorImpl address
+// printed as text; later versions key it by the address itself. optimizer_state_key() follows the
+// map's key type, so the checkpointer works with both.
 #pragma once
+
+#include <sstream>
+#include <string>
+#include <type_traits>
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
@@ -24,5 +31,16 @@ using Backend = c10d::Backend;
 using Backend = c10d::ProcessGroup;
 #endif
 using WorkHandle = c10::intrusive_ptr<c10d::Work>;
+
+template <typename StateMap, typename TensorT>
+typename StateMap::key_type optimizer_state_key(const TensorT& param) {
+  if constexpr (std::is_same_v<typename StateMap::key_type, std::string>) {
+    std::ostringstream key;  // what c10::guts::to_string(impl) gives
+    key << param.unsafeGetTensorImpl();
+    return key.str();
+  } else {
+    return param.unsafeGetTensorImpl();
+  }
+}
 
 }  // namespace cohort

@@ -1,0 +1,150 @@
+// cohort/checkpointer.h — saving and restoring the whole training state, safely and mostly in the
+// background.
+//
+//   cohort::Checkpointer checkpoints("checkpoints", ctx, {.every_steps = 100});
+//   checkpoints.restore_latest(model, optimizer, sampler);  // no-op on a fresh start
+//   for (...) { ...; optimizer.step(); checkpoints.maybe_save(model, optimizer, sampler); }
+//
+// What a checkpoint holds: the module's parameters and buffers, the optimizer's state (SGD
+// momentum; Adam/AdamW moments and step counts; RMSprop; Adagrad) and learning rates, the
+// sampler's state, every rank's RNG state, the step, the epoch and a small key-value map of yours.
+// Layout and guarantees are in docs/checkpointing.md; in short:
+//  * one directory per checkpoint (DIR/step-00001200/), tensors in safetensors files, and a
+//    manifest.json with sizes and XXH3-64 checksums written last: its rename is the commit, so a
+//    crash at any moment leaves either the previous checkpoint or the new one, never a partial one;
+//  * replicated (DDP) state is written by rank 0 alone; every rank adds its RNG state (and, with
+//    sharded training, its own shard file) and rank 0 commits once all ranks have reported;
+//  * asynchronous saves copy the tensors to memory kept between saves and write in a background
+//    thread; at most one save is in flight; a failed one is reported at the next call;
+//  * restore takes the newest checkpoint that verifies on every rank, skipping (with a warning
+//    naming the file and the reason) ones that are incomplete or corrupt, also on a different
+//    world size (the sampler then shares the rest of the epoch out again).
+// Every rank must construct the Checkpointer and make the same calls in the same order: saves and
+// restores are collective.
+// Not here: sharded state (a later issue adds shard files through the same commit).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace torch::nn {
+class Module;
+template <typename Contained>
+class ModuleHolder;
+}  // namespace torch::nn
+namespace torch::optim {
+class Optimizer;
+}  // namespace torch::optim
+
+namespace cohort {
+
+class Context;
+class DistributedSampler;
+
+struct CheckpointOptions {
+  /// maybe_save saves when the step is a multiple of this (0: never by step count).
+  int64_t every_steps = 0;
+  /// ... or when this many seconds passed since the last save (0: never by time). The ranks decide
+  /// together (one tiny allreduce per maybe_save), so they all save at the same step.
+  double every_seconds = 0;
+  /// Retention: keep the newest `keep_last` checkpoints (0 keeps all) ...
+  int keep_last = 3;
+  /// ... and, forever, those whose step is a multiple of this (0: none).
+  int64_t keep_every_steps = 0;
+  /// maybe_save writes in the background (save() is always synchronous).
+  bool async = true;
+  /// A save that is due while the previous one is still being written: wait for it, or skip this one.
+  enum class WhenBusy { wait, skip };
+  WhenBusy when_busy = WhenBusy::wait;
+  /// How long rank 0 waits for the other ranks' parts of a save before giving it up.
+  std::chrono::milliseconds commit_timeout{std::chrono::seconds(300)};
+};
+
+/// What restore_latest found and applied.
+struct RestoreInfo {
+  std::string path;
+  int64_t step = 0;
+  int64_t epoch = 0;
+  int saved_world_size = 0;
+  std::map<std::string, std::string> metadata;
+};
+
+/// The objects a checkpoint covers; optimizer and sampler may be null.
+struct TrainingState {
+  torch::nn::Module* module = nullptr;
+  torch::optim::Optimizer* optimizer = nullptr;
+  DistributedSampler* sampler = nullptr;
+};
+
+class Checkpointer {
+ public:
+  Checkpointer(std::string dir, std::shared_ptr<Context> ctx, CheckpointOptions options = {});
+  /// Finishes a save in flight (a failure is logged, not thrown).
+  ~Checkpointer();
+  Checkpointer(const Checkpointer&) = delete;
+  Checkpointer& operator=(const Checkpointer&) = delete;
+
+  /// Restores the newest valid checkpoint; std::nullopt when there is none (a fresh start).
+  /// Throws CheckpointError when one exists but does not fit (another model, another optimizer).
+  std::optional<RestoreInfo> restore_latest(const TrainingState& state);
+  /// Counts a step, and saves when the policy says so (async unless options.async is false).
+  /// Returns whether a save started. A failed save — this one or an earlier background one — is
+  /// logged as a warning and training carries on; last_error() keeps the message.
+  bool maybe_save(const TrainingState& state);
+  /// Saves now and returns once the checkpoint is committed. Throws CheckpointError.
+  void save(const TrainingState& state);
+  /// Snapshots now and writes in the background. Throws the previous background save's error.
+  void save_async(const TrainingState& state);
+  /// Waits for the save in flight; throws its error, if it failed.
+  void wait();
+
+  /// Optimizer steps counted by maybe_save (or restored); the checkpoint's step.
+  int64_t step() const { return step_; }
+  void set_step(int64_t step) { step_ = step; }
+  /// Your key-value pairs, saved with every checkpoint and filled in again by restore.
+  std::map<std::string, std::string>& metadata() { return metadata_; }
+  /// The last failed save's message, empty if none failed since the last success.
+  std::string last_error() const;
+  /// Saves committed by this process (rank 0), and bytes it wrote in them.
+  int64_t saves_committed() const;
+  const std::string& dir() const { return dir_; }
+
+  // The usual spellings: a module or module holder (DDP), then optimizer and sampler.
+  template <typename M>
+  std::optional<RestoreInfo> restore_latest(M& model, torch::optim::Optimizer& optimizer, DistributedSampler& sampler) {
+    return restore_latest(TrainingState{&module_of(model), &optimizer, &sampler});
+  }
+  template <typename M>
+  bool maybe_save(M& model, torch::optim::Optimizer& optimizer, DistributedSampler& sampler) {
+    return maybe_save(TrainingState{&module_of(model), &optimizer, &sampler});
+  }
+  template <typename M>
+  void save(M& model, torch::optim::Optimizer& optimizer, DistributedSampler& sampler) {
+    save(TrainingState{&module_of(model), &optimizer, &sampler});
+  }
+  template <typename M>
+  void save_async(M& model, torch::optim::Optimizer& optimizer, DistributedSampler& sampler) {
+    save_async(TrainingState{&module_of(model), &optimizer, &sampler});
+  }
+
+ private:
+  template <typename T>
+  static torch::nn::Module& module_of(torch::nn::ModuleHolder<T>& holder) {
+    return *holder;
+  }
+  static torch::nn::Module& module_of(torch::nn::Module& module) { return module; }
+
+  class Impl;
+  std::string dir_;
+  std::shared_ptr<Context> ctx_;
+  CheckpointOptions options_;
+  int64_t step_ = 0;
+  std::map<std::string, std::string> metadata_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cohort

@@ -1,0 +1,488 @@
+// The Checkpointer: save policy, snapshots, the background writer, the commit across ranks, and
+// restore. The file format pieces live in file_io / safetensors / manifest / checkpoint_dir.
+//
+// One save, as every rank sees it (collective: all ranks make the same calls in the same order):
+//   1. snapshot (caller's thread): rank 0 copies the model and optimizer tensors into staging
+//      memory kept between saves; every rank records its RNG state.
+//   2. write (background thread for async saves): rank 0 writes model.safetensors and
+//      optimizer.safetensors into DIR/step-N/ (atomic writer: temporary name, fsync, rename).
+//   3. report: every rank puts its part (RNG state, files it wrote, or its error) under a store key
+//      for this save.
+//   4. commit (rank 0): waits for every rank's part, writes manifest.json atomically, fsyncs the
+//      directory; then retention removes old checkpoints.
+// Only rank 0 touches the disk for replicated state, so the other ranks' saves cost a few
+// microseconds. A sharded state (later issue) adds each rank's own file in step 2 and lists it in
+// step 3; the commit does not change.
+#include "cohort/checkpointer.h"
+
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+#include <nlohmann/json.hpp>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/training_state.h"
+#include "cohort/context.h"
+#include "cohort/distributed_sampler.h"
+#include "cohort/error.h"
+#include "runtime/log.h"
+
+namespace cohort {
+namespace {
+
+using namespace std::chrono;
+using ckpt::NamedTensors;
+
+int64_t now_unix_ms() { return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count(); }
+
+void make_dir(const std::string& path, int rank) {
+  if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) {
+    const int err = errno;
+    throw CheckpointError(rank, "could not create directory " + path + ": " + std::strerror(err));
+  }
+}
+
+// One int64 reduced over the ranks on the CPU group (restore agreement, time-based saves).
+int64_t allreduce_int(Context& ctx, int64_t value, c10d::ReduceOp op) {
+  if (ctx.world_size() == 1) return value;
+  std::vector<at::Tensor> t{at::scalar_tensor(value, at::kLong).reshape({1})};
+  c10d::AllreduceOptions opts;
+  opts.reduceOp = op;
+  ctx.group()->allreduce(t, opts)->wait();
+  return t[0].item<int64_t>();
+}
+
+// Every live Checkpointer's pending save is finished before a normal exit, also one through exit().
+std::mutex g_live_mutex;
+std::set<Checkpointer*>* g_live = nullptr;
+
+}  // namespace
+
+struct SaveJob {
+  int64_t step = 0;
+  int64_t epoch = 0;
+  int64_t index = 0;  // saves of this Checkpointer so far: keys the store entries
+  NamedTensors model, optimizer;  // rank 0: staged copies
+  std::string optimizer_json, sampler_json;
+  ckpt::RankRng rng;
+  std::map<std::string, std::string> metadata;
+};
+
+class Checkpointer::Impl {
+ public:
+  Impl(Checkpointer& owner) : owner_(owner), ctx_(*owner.ctx_), rank_(ctx_.rank()) {}
+
+  ~Impl() {
+    if (writer_.joinable()) writer_.join();
+  }
+
+  // --- snapshot -------------------------------------------------------------------------------
+  SaveJob snapshot(const TrainingState& state) {
+    COHORT_CHECK(state.module != nullptr, "TrainingState without a module");
+    SaveJob job;
+    job.step = owner_.step_;
+    job.index = saves_started_++;
+    job.metadata = owner_.metadata_;
+    if (state.sampler) {
+      const SamplerState s = state.sampler->state();
+      job.epoch = s.epoch;
+      job.sampler_json = s.to_json();
+    }
+    job.rng = ckpt::capture_rng(*state.module, rank_);
+    if (rank_ == 0) {  // replicated state: one writer
+      job.model = stage(ckpt::module_tensors(*state.module), staged_model_);
+      if (state.optimizer)
+        job.optimizer =
+            stage(ckpt::optimizer_tensors(*state.optimizer, *state.module, &job.optimizer_json, rank_), staged_optim_);
+    }
+    return job;
+  }
+
+  // Copies into CPU buffers reused from the previous save when the layout is the same, so an async
+  // save costs one memcpy per byte and no page faults after the first.
+  NamedTensors stage(const NamedTensors& live, std::vector<at::Tensor>& buffers) {
+    torch::NoGradGuard no_grad;
+    bool reuse = buffers.size() == live.size();
+    for (size_t i = 0; reuse && i < live.size(); ++i)
+      reuse = buffers[i].sizes() == live[i].second.sizes() && buffers[i].scalar_type() == live[i].second.scalar_type();
+    if (!reuse) {
+      buffers.clear();
+      for (const auto& [name, t] : live) buffers.push_back(at::empty(t.sizes(), t.options().device(at::kCPU)));
+    }
+    NamedTensors out;
+    for (size_t i = 0; i < live.size(); ++i) {
+      buffers[i].copy_(live[i].second);
+      out.emplace_back(live[i].first, buffers[i]);
+    }
+    return out;
+  }
+
+  // --- write and commit (background thread or caller) -------------------------------------------
+  void write_and_commit(const SaveJob& job) {
+    const std::string path = owner_.dir_ + "/" + ckpt::step_dir_name(job.step);
+    nlohmann::json part{{"rank", rank_}, {"rng_cpu", job.rng.cpu}, {"rng_cuda", job.rng.cuda}};
+    std::vector<ckpt::ManifestFile> files;
+    try {
+      if (rank_ == 0) files = write_files(job, path);
+    } catch (const Error& e) {
+      part["error"] = e.what();
+      report(job, part);
+      throw;
+    }
+    report(job, part);
+    if (rank_ == 0) commit(job, path, std::move(files));
+  }
+
+  std::vector<ckpt::ManifestFile> write_files(const SaveJob& job, const std::string& path) {
+    make_dir(owner_.dir_, rank_);
+    struct stat st {};
+    const bool existed = ::stat(path.c_str(), &st) == 0;
+    make_dir(path, rank_);
+    if (existed) {
+      // The same step saved before (the job went back to an older checkpoint and got here again):
+      // un-commit the old one first, so that nothing mixes old and new files under a manifest.
+      if (::unlink((path + "/" + ckpt::kManifestName).c_str()) == 0) ckpt::fsync_dir(path, rank_);
+    } else {
+      ckpt::fsync_dir(owner_.dir_, rank_);  // the new directory's entry is durable before its commit
+    }
+    std::vector<ckpt::ManifestFile> files;
+    auto add = [&](const ckpt::FileRecord& r, const char* role) {
+      ckpt::ManifestFile f;
+      static_cast<ckpt::FileRecord&>(f) = r;
+      f.rank = rank_;
+      f.role = role;
+      files.push_back(f);
+    };
+    try {
+      add(ckpt::write_tensor_file(path, "model.safetensors", job.model, rank_), "model");
+      if (!job.optimizer_json.empty())
+        add(ckpt::write_tensor_file(path, "optimizer.safetensors", job.optimizer, rank_), "optimizer");
+      ckpt::fsync_dir(path, rank_);
+    } catch (const Error&) {
+      for (const auto& f : files) ::unlink((path + "/" + f.name).c_str());
+      ::rmdir(path.c_str());  // only if empty: another rank's part may be there
+      throw;
+    }
+    return files;
+  }
+
+  std::string key(const SaveJob& job, int rank) const {
+    return "cohort/ckpt/" + std::to_string(sequence_) + "/" + std::to_string(job.index) + "/" + std::to_string(rank);
+  }
+
+  void report(const SaveJob& job, const nlohmann::json& part) {
+    if (ctx_.world_size() == 1) {
+      own_part_ = part.dump();
+      return;
+    }
+    const std::string text = part.dump();
+    store()->set(key(job, rank_), std::vector<uint8_t>(text.begin(), text.end()));
+  }
+
+  void commit(const SaveJob& job, const std::string& path, std::vector<ckpt::ManifestFile> files) {
+    ckpt::Manifest m;
+    m.step = job.step;
+    m.epoch = job.epoch;
+    m.world_size = ctx_.world_size();
+    m.created_unix_ms = now_unix_ms();
+    m.sampler_json = job.sampler_json;
+    m.optimizer_json = job.optimizer_json;
+    m.metadata = job.metadata;
+    for (const auto& part : collect_parts(job)) {
+      if (part.contains("error"))
+        throw CheckpointError(rank_, "checkpoint " + path + " not committed: " + part["error"].get<std::string>());
+      ckpt::RankRng rng;
+      rng.rank = part.at("rank").get<int>();
+      rng.cpu = part.at("rng_cpu").get<std::string>();
+      rng.cuda = part.at("rng_cuda").get<std::vector<std::string>>();
+      m.rng.push_back(rng);
+    }
+    m.files = std::move(files);
+    const std::string text = m.to_json();
+    ckpt::AtomicWriter manifest(path, ckpt::kManifestName, rank_);
+    manifest.write(text.data(), text.size());
+    manifest.finish();            // the rename: committed
+    ckpt::fsync_dir(path, rank_);  // ... and durably so
+    ++committed_;
+    detail::log(detail::LogLevel::debug, "checkpoint committed: " + path);
+    retire_old();
+  }
+
+  std::vector<nlohmann::json> collect_parts(const SaveJob& job) {
+    if (ctx_.world_size() == 1) return {nlohmann::json::parse(own_part_)};
+    std::vector<std::string> keys;
+    for (int r = 0; r < ctx_.world_size(); ++r) keys.push_back(key(job, r));
+    auto& s = store();
+    try {
+      s->wait(keys, owner_.options_.commit_timeout);
+    } catch (const std::exception&) {
+      std::string missing;
+      for (int r = 0; r < ctx_.world_size(); ++r)
+        if (!s->check({keys[r]})) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      throw CheckpointError(rank_, "checkpoint step " + std::to_string(job.step) + " not committed: rank(s) " +
+                                       missing + " did not report their part within " +
+                                       std::to_string(owner_.options_.commit_timeout.count() / 1000) + " s");
+    }
+    std::vector<nlohmann::json> parts;
+    for (const auto& k : keys) {
+      const auto bytes = s->get(k);
+      parts.push_back(nlohmann::json::parse(std::string(bytes.begin(), bytes.end())));
+      s->deleteKey(k);
+    }
+    return parts;
+  }
+
+  // The writer thread talks to the store over its own connection: the job's TCPStore client is
+  // the main thread's, and a commit may wait on it for minutes.
+  c10::intrusive_ptr<c10d::Store>& store() {
+    if (!store_) {
+      if (dynamic_cast<c10d::TCPStore*>(ctx_.store().get()) == nullptr) {
+        store_ = ctx_.store();  // in-memory store (ranks as threads): already thread-safe
+      } else {
+        c10d::TCPStoreOptions opts;
+        opts.port = static_cast<uint16_t>(ctx_.env().master_port);
+        opts.isServer = false;
+        opts.waitWorkers = false;
+        opts.timeout = owner_.options_.commit_timeout;
+        store_ = c10::make_intrusive<c10d::TCPStore>(ctx_.env().master_addr, opts);
+      }
+    }
+    return store_;
+  }
+
+  void retire_old() {
+    const auto listed = ckpt::list_checkpoints(owner_.dir_);
+    const int keep = owner_.options_.keep_last > 0 ? owner_.options_.keep_last : 1 << 30;
+    for (const auto& path : ckpt::retired_checkpoints(listed, keep, owner_.options_.keep_every_steps))
+      if (!ckpt::remove_checkpoint(path)) detail::log_warn("could not fully remove old checkpoint " + path);
+  }
+
+  // --- in-flight save ---------------------------------------------------------------------------
+  void start(SaveJob job) {
+    finished_ = false;
+    writer_ = std::thread([this, job = std::move(job)] {
+      try {
+        write_and_commit(job);
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        pending_error_ = e.what();
+      }
+      finished_ = true;
+    });
+  }
+
+  bool busy() const { return writer_.joinable() && !finished_; }
+
+  /// Joins the writer; returns its error message (empty when it succeeded or none ran).
+  std::string join() {
+    if (writer_.joinable()) writer_.join();
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::string e;
+    std::swap(e, pending_error_);
+    return e;
+  }
+
+  /// Collects a finished writer's result without waiting for one still running.
+  std::string reap_if_finished() { return writer_.joinable() && finished_ ? join() : std::string(); }
+
+  Checkpointer& owner_;
+  Context& ctx_;
+  const int rank_;
+  int64_t sequence_ = 0;
+  int64_t saves_started_ = 0;
+  std::atomic<int64_t> committed_{0};
+  std::vector<at::Tensor> staged_model_, staged_optim_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::string own_part_;
+  std::thread writer_;
+  std::atomic<bool> finished_{true};
+  mutable std::mutex mutex_;
+  std::string pending_error_;
+  std::string last_error_;
+  steady_clock::time_point last_save_ = steady_clock::now();
+};
+
+Checkpointer::Checkpointer(std::string dir, std::shared_ptr<Context> ctx, CheckpointOptions options)
+    : dir_(std::move(dir)), ctx_(std::move(ctx)), options_(options) {
+  if (!ctx_) throw ConfigError(-1, "Checkpointer needs the Context from cohort::init()");
+  const int rank = ctx_->rank();
+  if (dir_.empty()) throw ConfigError(rank, "Checkpointer: the checkpoint directory is empty");
+  while (dir_.size() > 1 && dir_.back() == '/') dir_.pop_back();
+  if (options_.every_steps < 0 || options_.every_seconds < 0 || options_.keep_last < 0 ||
+      options_.keep_every_steps < 0)
+    throw ConfigError(rank, "Checkpointer: every_steps, every_seconds, keep_last and keep_every_steps must be >= 0");
+  impl_ = std::make_unique<Impl>(*this);
+  impl_->sequence_ = ctx_->next_sequence();
+  std::lock_guard<std::mutex> lock(g_live_mutex);
+  if (!g_live) {
+    g_live = new std::set<Checkpointer*>();
+    std::atexit([] {
+      std::lock_guard<std::mutex> lock(g_live_mutex);
+      for (Checkpointer* c : *g_live) {
+        const std::string e = c->impl_->join();
+        if (!e.empty()) detail::log_warn("checkpoint save failed: " + e);
+      }
+    });
+  }
+  g_live->insert(this);
+}
+
+Checkpointer::~Checkpointer() {
+  {
+    std::lock_guard<std::mutex> lock(g_live_mutex);
+    g_live->erase(this);
+  }
+  const std::string e = impl_->join();
+  if (!e.empty()) detail::log_warn("checkpoint save failed: " + e);
+}
+
+std::string Checkpointer::last_error() const { return impl_->last_error_; }
+int64_t Checkpointer::saves_committed() const { return impl_->committed_; }
+
+void Checkpointer::wait() {
+  const std::string e = impl_->join();
+  if (!e.empty()) {
+    impl_->last_error_ = e;
+    throw CheckpointError(ctx_->rank(), "background checkpoint save failed: " + e);
+  }
+}
+
+void Checkpointer::save(const TrainingState& state) {
+  wait();
+  SaveJob job = impl_->snapshot(state);
+  impl_->last_save_ = steady_clock::now();
+  try {
+    impl_->write_and_commit(job);
+  } catch (const Error& e) {
+    impl_->last_error_ = e.what();
+    throw;
+  } catch (const std::exception& e) {  // the store's own errors
+    impl_->last_error_ = e.what();
+    throw CheckpointError(ctx_->rank(), std::string("checkpoint save failed: ") + e.what());
+  }
+  impl_->last_error_.clear();
+}
+
+void Checkpointer::save_async(const TrainingState& state) {
+  wait();
+  impl_->last_error_.clear();
+  impl_->last_save_ = steady_clock::now();
+  impl_->start(impl_->snapshot(state));
+}
+
+bool Checkpointer::maybe_save(const TrainingState& state) {
+  ++step_;
+  const std::string earlier = impl_->reap_if_finished();
+  if (!earlier.empty()) {
+    impl_->last_error_ = earlier;
+    detail::log_warn("background checkpoint save failed (training continues): " + earlier);
+  }
+  bool due = options_.every_steps > 0 && step_ % options_.every_steps == 0;
+  if (options_.every_seconds > 0) {
+    const bool late = duration<double>(steady_clock::now() - impl_->last_save_).count() >= options_.every_seconds;
+    // Clocks differ between ranks: rank 0's view decides, so every rank saves at the same step.
+    due |= allreduce_int(*ctx_, ctx_->rank() == 0 && late ? 1 : 0, c10d::ReduceOp::MAX) != 0;
+  }
+  if (!due) return false;
+  if (options_.async && options_.when_busy == CheckpointOptions::WhenBusy::skip &&
+      allreduce_int(*ctx_, impl_->busy() ? 1 : 0, c10d::ReduceOp::MAX) != 0) {
+    detail::log(detail::LogLevel::info, "checkpoint at step " + std::to_string(step_) +
+                                            " skipped: the previous save is still being written");
+    return false;
+  }
+  try {
+    if (options_.async) {
+      const std::string e = impl_->join();
+      if (!e.empty()) detail::log_warn("background checkpoint save failed (training continues): " + e);
+      impl_->last_save_ = steady_clock::now();
+      impl_->start(impl_->snapshot(state));
+    } else {
+      save(state);
+    }
+  } catch (const std::exception& e) {
+    impl_->last_error_ = e.what();
+    detail::log_warn(std::string("checkpoint save failed (training continues): ") + e.what());
+    return false;
+  }
+  return true;
+}
+
+std::optional<RestoreInfo> Checkpointer::restore_latest(const TrainingState& state) {
+  COHORT_CHECK(state.module != nullptr, "TrainingState without a module");
+  wait();
+  const int rank = ctx_->rank();
+  const auto listed = ckpt::list_checkpoints(dir_);
+
+  // Each rank loads the newest checkpoint it can verify; the ranks then agree on the oldest of
+  // their choices (a file one rank cannot read rules that checkpoint out for all) and whoever
+  // holds a newer one loads the agreed one. The step only goes down, so this ends.
+  struct Loaded {
+    const ckpt::ListedCheckpoint* listed = nullptr;
+    std::vector<std::unique_ptr<ckpt::LoadedFile>> files;
+  };
+  Loaded loaded;
+  std::set<std::string> warned;
+  int64_t bound = INT64_MAX;
+  for (;;) {
+    loaded = Loaded{};
+    for (const auto& c : listed) {
+      if (c.step > bound) continue;
+      if (!c.manifest) {
+        if (warned.insert(c.path).second) detail::log_warn("skipping checkpoint " + c.path + ": " + c.problem);
+        continue;
+      }
+      try {
+        Loaded attempt{&c, {}};
+        for (const auto& f : c.manifest->files)
+          if (f.role == "model" || f.role == "optimizer")  // replicated: every rank reads them
+            attempt.files.push_back(std::make_unique<ckpt::LoadedFile>(c.path, f, rank));
+        loaded = std::move(attempt);
+        break;
+      } catch (const Error& e) {
+        if (warned.insert(c.path).second)
+          detail::log_warn("skipping checkpoint " + c.path + ": " + std::string(e.what()));
+      } catch (const std::exception& e) {
+        if (warned.insert(c.path).second) detail::log_warn("skipping checkpoint " + c.path + ": " + e.what());
+      }
+    }
+    const int64_t mine = loaded.listed ? loaded.listed->step : -1;
+    const int64_t agreed = allreduce_int(*ctx_, mine, c10d::ReduceOp::MIN);
+    if (agreed == mine) break;
+    bound = agreed;
+  }
+  if (!loaded.listed) return std::nullopt;
+
+  const ckpt::Manifest& m = *loaded.listed->manifest;
+  for (const auto& f : loaded.files) {
+    if (f->name() == "model.safetensors") ckpt::load_module_tensors(*state.module, f->tensors(), f->name(), rank);
+  }
+  if (state.optimizer) {
+    if (m.optimizer_json.empty())
+      throw CheckpointError(rank, loaded.listed->path + " holds no optimizer state, but an optimizer was given");
+    for (const auto& f : loaded.files)
+      if (f->name() == "optimizer.safetensors")
+        ckpt::load_optimizer_state(*state.optimizer, *state.module, f->tensors(), m.optimizer_json, rank);
+  }
+  if (state.sampler && !m.sampler_json.empty()) state.sampler->load_state(SamplerState::from_json(m.sampler_json));
+  for (const auto& r : m.rng)
+    if (r.rank == rank) ckpt::restore_rng(r, rank);
+  if (rank >= m.world_size)
+    detail::log(detail::LogLevel::info, "rank " + std::to_string(rank) + " did not exist in the checkpoint (world size " +
+                                            std::to_string(m.world_size) + "): its RNG keeps its current state");
+  step_ = m.step;
+  metadata_ = m.metadata;
+  impl_->last_save_ = steady_clock::now();
+  RestoreInfo info{loaded.listed->path, m.step, m.epoch, m.world_size, m.metadata};
+  detail::log(detail::LogLevel::info, "restored " + info.path);
+  return info;
+}
+
+}  // namespace cohort

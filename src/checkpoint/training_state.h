@@ -1,0 +1,50 @@
+// What a checkpoint takes from, and gives back to, the training objects: a module's parameters
+// and buffers, an optimizer's per-parameter state and learning rates, the RNG state. Tensors go
+// into safetensors files under stable names; the rest is JSON for the manifest. Internal header.
+//
+// Optimizer state is read through the concrete state types of libtorch's optimizers (SGD, Adam,
+// AdamW, RMSprop, Adagrad): libtorch has no generic way to enumerate it except its own pickle
+// archive, which Python tools cannot read as tensors. Another optimizer is a clear error.
+// Names: "<parameter name>/<field>", e.g. "module.fc1.weight/exp_avg"; step counts are 0-d int64
+// tensors ("module.fc1.weight/step").
+#pragma once
+
+#include <string>
+
+#include "checkpoint/manifest.h"
+#include "checkpoint/tensor_file.h"
+
+namespace torch::nn {
+class Module;
+}
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace cohort::ckpt {
+
+/// Parameters then buffers, by their names in the module (not copied).
+NamedTensors module_tensors(const torch::nn::Module& module);
+
+/// Copies `saved` into the module's tensors. Throws CheckpointError naming a missing, extra or
+/// differently shaped tensor.
+void load_module_tensors(torch::nn::Module& module, const std::map<std::string, at::Tensor>& saved,
+                         const std::string& file, int rank);
+
+/// The optimizer's state tensors (not copied) and its description for the manifest:
+/// {"type": "Adam", "groups": [{"lr": 0.001, "params": 4}]}.
+NamedTensors optimizer_tensors(const torch::optim::Optimizer& optimizer, const torch::nn::Module& module,
+                               std::string* description, int rank);
+
+/// Replaces the optimizer's state with `saved` and sets the saved learning rates. Throws
+/// CheckpointError when the checkpoint is of another optimizer type or parameter layout.
+void load_optimizer_state(torch::optim::Optimizer& optimizer, const torch::nn::Module& module,
+                          const std::map<std::string, at::Tensor>& saved, const std::string& description,
+                          int rank);
+
+/// This process's RNG states: the CPU generator and the CUDA generators of the devices the
+/// module's tensors are on.
+RankRng capture_rng(const torch::nn::Module& module, int rank);
+void restore_rng(const RankRng& rng, int rank);
+
+}  // namespace cohort::ckpt
