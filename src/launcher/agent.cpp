@@ -1,6 +1,12 @@
-// The agent: one attempt of a job on this node. See agent.h.
-// Where restarts will go: after a failure Outcome, instead of returning, stop the group, run the
-// rendezvous again with restart_count + 1 and start a fresh WorkerGroup (a loop around the middle).
+// The agent: a job on this node, round after round. See agent.h and round.h.
+//
+//   rendezvous (round 0) → for each round: start WorkerGroup → supervise → outcome →
+//   tell the other nodes → stop the workers → restart decision → next round's rendezvous
+//
+// Node 0's agent (or the only one) makes the restart decision (coordinator.h), so every node
+// runs the same round numbers. What this loop deliberately does not do yet: hang detection (it
+// will be part of supervise()) and elastic membership (it will change the Assignment between
+// rounds, in Coordinator::next_round).
 #include "agent.h"
 
 #include <signal.h>
@@ -9,6 +15,7 @@
 #include <iostream>
 
 #include "cohort/error.h"
+#include "failure_history.h"
 #include "rendezvous.h"
 #include "signal_pipe.h"
 #include "supervisor.h"
@@ -29,23 +36,40 @@ std::string signal_name(int sig) {
   return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
 }
 
-std::vector<WorkerPlace> local_places(const RunOptions& o, const RendezvousResult& r) {
+std::string interrupt_summary(const RunOptions& o, int sig) {
+  return "cohort run: job stopped: node " + std::to_string(o.node_rank) + "'s cohort run received " +
+         signal_name(sig) + "\n";
+}
+
+std::vector<WorkerPlace> local_places(const RunOptions& o, const Assignment& a) {
   std::vector<WorkerPlace> places;
   for (int local = 0; local < o.nproc_per_node; ++local) {
     WorkerPlace p;
-    p.job.rank = r.rank_base + local;
-    p.job.world_size = r.world_size;
+    p.job.rank = a.rank_base + local;
+    p.job.world_size = a.world_size;
     p.job.local_rank = local;
     p.job.local_world_size = o.nproc_per_node;
     p.job.node_rank = o.node_rank;
     p.nnodes = o.nnodes;
+    // The store's port stays the same in every round: the coordinators' barrier (next_round) lets
+    // no worker of a round start while one of the previous round still runs on any node, and
+    // c10d's TCPStore binds with SO_REUSEADDR, so connections of the last round in TIME_WAIT do
+    // not block it. One port is also what a firewall between machines lets through.
     p.job.master_addr = o.master_addr;
     p.job.master_port = o.master_port;
-    p.job.restart_count = 0;
+    p.job.restart_count = a.round;
+    p.max_restarts = o.max_restarts;
     p.threads = o.threads_per_proc;
     places.push_back(p);
   }
   return places;
+}
+
+// The end of a failed job: the history of earlier rounds' failures (when restarts were allowed),
+// then the summary of what ended it.
+void print_end(const RunOptions& o, const std::vector<RoundFailure>& history, int round, const std::string& summary) {
+  if (o.max_restarts > 0 && !history.empty()) std::cerr << failure_history(history, round, o.max_restarts);
+  std::cerr << summary << std::flush;
 }
 
 }  // namespace
@@ -74,35 +98,82 @@ int run_job(RunOptions o) {
     print_error(e);
     return 1;
   }
+  Coordinator& coordinator = *rdzv.coordinator;
+  Assignment assignment = rdzv.assignment;
+  std::vector<RoundFailure> history;  // one worker failure per failed round, oldest first
 
-  WorkerGroup group;
-  try {
-    group.start(local_places(o, rdzv), o.command, o.log_dir, static_cast<size_t>(o.tail_lines));
-  } catch (const std::exception& e) {
-    print_error(e);
-    rdzv.coordinator->abort("cohort run: job failed: node " + std::to_string(o.node_rank) +
-                            " could not start its workers: " + e.what() + "\n");
-    group.stop(o.stop_grace_s, signals);
-    return 2;
-  }
-  if (o.verbose) {
-    std::cerr << "cohort run: node " << o.node_rank << " started ranks " << rdzv.rank_base << ".."
-              << rdzv.rank_base + o.nproc_per_node - 1 << " of " << rdzv.world_size << "; store at "
-              << o.master_addr << ":" << o.master_port << std::endl;
-  }
+  for (;;) {
+    const int round = assignment.round;
+    // 1. Start this node's workers for the round.
+    WorkerGroup group;
+    try {
+      group.start(local_places(o, assignment), o.command, o.log_dir, static_cast<size_t>(o.tail_lines));
+    } catch (const std::exception& e) {
+      print_error(e);
+      coordinator.abort("cohort run: job failed: node " + std::to_string(o.node_rank) +
+                        " could not start its workers: " + e.what() + "\n");
+      group.stop(o.stop_grace_s, signals);
+      return 2;
+    }
+    if (o.verbose) {
+      std::cerr << "cohort run: " << (round > 0 ? "round " + std::to_string(round) + ": " : "") << "node "
+                << o.node_rank << " started ranks " << assignment.rank_base << ".."
+                << assignment.rank_base + o.nproc_per_node - 1 << " of " << assignment.world_size << "; store at "
+                << o.master_addr << ":" << o.master_port << std::endl;
+    }
 
-  Outcome outcome = supervise(group, *rdzv.coordinator, signals);
-  if (outcome.kind == Outcome::succeeded) return 0;
+    // 2. Supervise until the round ends.
+    Outcome outcome = supervise(group, coordinator, signals, round);
+    if (outcome.kind == Outcome::succeeded) {
+      if (round > 0 || o.verbose) std::cerr << success_note(round) << std::flush;
+      return 0;
+    }
+    if (outcome.kind == Outcome::interrupted) outcome.summary = interrupt_summary(o, outcome.signal);
 
-  std::string summary = outcome.summary;
-  if (outcome.kind == Outcome::interrupted) {
-    summary = "cohort run: job stopped: node " + std::to_string(o.node_rank) + "'s cohort run received " +
-              signal_name(outcome.signal) + "\n";
+    // 3. Tell the other nodes first (they stop in parallel with us), stop ours, learn the decision.
+    //    An interrupt — the round's outcome, or one that arrives meanwhile — is never restarted.
+    coordinator.round_over(outcome);
+    int interrupt = group.stop(o.stop_grace_s, signals);
+    if (outcome.kind == Outcome::interrupted) {
+      print_end(o, history, round, outcome.summary);
+      return 128 + outcome.signal;
+    }
+    RoundEnd end;
+    try {
+      if (interrupt == 0) signals.throw_if_interrupted();  // one that came after the workers were gone
+      if (interrupt == 0) end = coordinator.decision(signals);
+    } catch (const Interrupted& e) {
+      interrupt = e.signal;
+    }
+    if (interrupt != 0) {
+      const std::string summary = interrupt_summary(o, interrupt);
+      coordinator.abort(summary);
+      if (outcome.failure) history.push_back(*outcome.failure);
+      print_end(o, history, round, summary);
+      return 128 + interrupt;
+    }
+    if (end.failure) history.push_back(*end.failure);
+    if (!end.restart) {
+      print_end(o, history, round, end.summary);
+      return 1;
+    }
+
+    // 4. The next round: every node agrees on its number before any worker starts.
+    std::cerr << (end.failure ? restart_notice(*end.failure, round + 1, o.max_restarts)
+                              : "cohort run: round " + std::to_string(round) + " failed; restarting the job\n")
+              << std::flush;
+    try {
+      assignment = coordinator.next_round(signals);
+    } catch (const Interrupted& e) {
+      const std::string summary = interrupt_summary(o, e.signal);
+      coordinator.abort(summary);
+      print_end(o, history, round, summary);
+      return 128 + e.signal;
+    } catch (const JobStopped& e) {
+      print_end(o, history, round, e.what());
+      return 1;
+    }
   }
-  rdzv.coordinator->abort(summary);  // tell the other nodes first: they stop in parallel with us
-  group.stop(o.stop_grace_s, signals);
-  std::cerr << summary << std::flush;
-  return outcome.kind == Outcome::interrupted ? 128 + outcome.signal : 1;
 }
 
 }  // namespace cohort::launcher

@@ -23,6 +23,9 @@ CLI::App* add_run_command(CLI::App& app, RunOptions& o) {
       ->capture_default_str();
   run->add_option("--stop-timeout", o.stop_grace_s, "Seconds between SIGTERM and SIGKILL when stopping workers")
       ->capture_default_str();
+  run->add_option("--max-restarts,--max_restarts", o.max_restarts,
+                  "Times the whole job is started again after a worker fails (0: fail on the first failure)")
+      ->capture_default_str();
   run->add_option("--tail-lines", o.tail_lines, "Lines of a failed worker's output quoted in the summary")
       ->capture_default_str();
   run->add_flag("-v,--verbose", o.verbose, "Say where the workers started");

@@ -1,9 +1,11 @@
-// launcher/coordinator.h — what one agent tells the others, and hears from them, while workers run.
+// launcher/coordinator.h — what one agent tells the others, and hears from them, during a round and
+// between rounds.
 //
-// The supervision loop (supervisor.h) talks only to this interface, so that one machine and many
-// share one loop: SoloCoordinator has no peers; node 0's and the other nodes' coordinators
-// (peer_coordinators.h) exchange done / fail / stop / finish messages over the rendezvous
-// connections. Heartbeats and restart rounds of a later issue belong here too.
+// The supervision loop (supervisor.h) and the agent's round loop (agent.cpp) talk only to this
+// interface, so that one machine and many share one loop: SoloCoordinator has no peers; node 0's
+// and the other nodes' coordinators (peer_coordinators.h) exchange messages over the rendezvous
+// connections. Node 0 (or the lone agent) makes every restart decision, so all nodes agree on the
+// round number. Worker heartbeats (hang detection) will be reported through here too.
 #pragma once
 
 #include <poll.h>
@@ -12,37 +14,75 @@
 #include <string>
 #include <vector>
 
+#include "round.h"
+
 namespace cohort::launcher {
 
+class SignalPipe;
+
 struct PeerEvent {
-  enum Kind { failed, lost } kind;
-  std::string text;  // failed: the failing node's summary; lost: one line naming the node
+  enum Kind { failed, stopped, lost } kind;
+  // failed: a worker failed on another node (node 0 then decides; the others hear node 0's verdict)
+  // stopped: another node stopped the job for good (interrupted, could not start its workers)
+  // lost: a peer's agent is gone
+  std::string text;  // the summary to print if the job ends here
+  std::optional<RoundFailure> failure;  // failed: the worker failure
 };
 
 class Coordinator {
  public:
   virtual ~Coordinator() = default;
+
+  // --- while a round runs (the supervisor) ---
   virtual void add_pollfds(std::vector<pollfd>& fds) const = 0;
   /// Handles the coordinator's descriptors that poll() marked; returns the first peer event.
   virtual std::optional<PeerEvent> handle(const std::vector<pollfd>& ready) = 0;
   /// This node's workers all succeeded.
   virtual void local_done() = 0;
-  /// The job must stop (a worker failed here or elsewhere, an interrupt, a lost peer): tells the
-  /// other nodes, with the summary they should print.
-  virtual void abort(const std::string& summary) = 0;
   /// Every node is done: the job succeeded (node 0 then tells the others).
   virtual bool job_done() = 0;
+
+  // --- when a round ended without success (the agent), in this order ---
+  /// Tells the other nodes at once — before this node stops its workers, so that every node stops
+  /// in parallel. Node 0 (or the lone agent) decides here whether the job restarts.
+  virtual void round_over(const Outcome& outcome) = 0;
+  /// The decision about the round that ended: node 0's, which another node may have to wait for.
+  /// Throws Interrupted.
+  virtual RoundEnd decision(SignalPipe& signals) = 0;
+  /// After a decision to restart, once this node's workers are all stopped: waits until every
+  /// node's are (no worker of the next round starts while one of the last still runs anywhere) and
+  /// returns this node's place in the next round. Throws Interrupted, or JobStopped when a node was
+  /// lost, stopped the job or did not arrive in time.
+  virtual Assignment next_round(SignalPipe& signals) = 0;
+
+  /// The job ends here for a reason found outside supervision (an interrupt between rounds, workers
+  /// that could not start): tells the other nodes to stop for good, with the summary to print.
+  virtual void abort(const std::string& summary) = 0;
 };
 
+/// One node: no peers, decisions are local.
 class SoloCoordinator : public Coordinator {
  public:
+  SoloCoordinator(Assignment first, int max_restarts) : assignment_(first), max_restarts_(max_restarts) {}
   void add_pollfds(std::vector<pollfd>&) const override {}
   std::optional<PeerEvent> handle(const std::vector<pollfd>&) override { return std::nullopt; }
   void local_done() override { done_ = true; }
-  void abort(const std::string&) override {}
   bool job_done() override { return done_; }
+  void round_over(const Outcome& outcome) override {
+    end_ = decide_round_end(outcome, assignment_.round, max_restarts_);
+  }
+  RoundEnd decision(SignalPipe&) override { return end_; }
+  Assignment next_round(SignalPipe&) override {
+    ++assignment_.round;
+    done_ = false;
+    return assignment_;
+  }
+  void abort(const std::string&) override {}
 
  private:
+  Assignment assignment_;
+  int max_restarts_;
+  RoundEnd end_;
   bool done_ = false;
 };
 

@@ -29,6 +29,7 @@ void finalize_options(RunOptions& o) {
           "--threads-per-proc " + std::to_string(o.threads_per_proc) + " must be at least 1");
   require(o.rdzv_timeout_s > 0, "--rdzv-timeout must be a positive number of seconds");
   require(o.stop_grace_s >= 0, "--stop-timeout must not be negative");
+  require(o.max_restarts >= 0, "--max-restarts " + std::to_string(o.max_restarts) + " must be 0 or more");
   require(!o.master_addr.empty(), "--master-addr must not be empty");
   require(o.master_port == -1 || (o.master_port >= 1 && o.master_port <= 65535),
           "--master-port " + std::to_string(o.master_port) + " is not a TCP port (1..65535)");

@@ -20,6 +20,7 @@ struct RunOptions {
   int threads_per_proc = -1;     // -1: cores / local workers (at least 1)
   double rdzv_timeout_s = 60;    // how long agents wait for each other before giving up
   double stop_grace_s = 5;       // SIGTERM → SIGKILL delay when stopping workers
+  int max_restarts = 0;          // rounds started again after a worker failure (0: fail fast)
   int tail_lines = 20;           // lines of a failed worker's output quoted in the summary
   bool verbose = false;          // say on stderr where workers started (errors and summaries always print)
   std::vector<std::string> command;  // PROGRAM ARGS...; command[0] resolved to a path by finalize

@@ -13,13 +13,12 @@
 #include "channel.h"
 #include "cohort/error.h"
 #include "peer_coordinators.h"
+#include "peer_protocol.h"
 #include "signal_pipe.h"
 #include "socket_util.h"
 
 namespace cohort::launcher {
 namespace {
-
-using clock = std::chrono::steady_clock;
 
 std::string seconds_text(double s) {
   std::ostringstream os;
@@ -27,21 +26,10 @@ std::string seconds_text(double s) {
   return os.str();
 }
 
-int ms_left(clock::time_point deadline) {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count();
-  return static_cast<int>(std::max<int64_t>(left, 0));
-}
-
-void check_interrupt(SignalPipe& signals) {
-  for (int sig : signals.drain()) {
-    if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) throw Interrupted(sig);
-  }
-}
-
 RendezvousResult host(const RunOptions& o, SignalPipe& signals) {
   const std::string where = o.master_addr + ":" + std::to_string(agent_port(o));
   UniqueFd listener(bind_tcp(o.master_addr, agent_port(o)));  // closed once everyone joined
-  const auto deadline = clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.rdzv_timeout_s * 1000));
+  const auto deadline = deadline_in(o.rdzv_timeout_s);
   std::vector<std::unique_ptr<Channel>> pending;
   std::map<int, std::pair<std::unique_ptr<Channel>, int>> joined;  // node rank → link, nproc
 
@@ -63,7 +51,7 @@ RendezvousResult host(const RunOptions& o, SignalPipe& signals) {
     std::vector<pollfd> fds{{signals.fd(), POLLIN, 0}, {listener.get(), POLLIN, 0}};
     for (const auto& p : pending) fds.push_back({p->fd(), POLLIN, 0});
     poll(fds.data(), fds.size(), std::min(ms_left(deadline), 200));
-    check_interrupt(signals);
+    signals.throw_if_interrupted();
     if (fds[1].revents & POLLIN) {
       int fd = accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC);
       if (fd >= 0) pending.push_back(std::make_unique<Channel>(fd));
@@ -97,26 +85,22 @@ RendezvousResult host(const RunOptions& o, SignalPipe& signals) {
 
   RendezvousResult result;
   int base = o.nproc_per_node;
-  std::vector<std::pair<int, int>> bases;  // node, first rank
+  std::vector<PeerLink> members;
   for (auto& [node, link] : joined) {
-    bases.emplace_back(node, base);
+    members.push_back({node, base, std::move(link.first)});
     base += link.second;
   }
-  result.world_size = base;
-  result.rank_base = 0;
-  std::vector<PeerLink> members;
-  for (auto& [node, first] : bases) {
-    auto& ch = joined[node].first;
-    ch->send({{"type", "start"}, {"world_size", result.world_size}, {"rank_base", first}});
-    members.push_back({node, std::move(ch)});
+  result.assignment = {0, base, 0};
+  for (auto& m : members) {
+    m.channel->send({{"type", "start"}, {"round", 0}, {"world_size", base}, {"rank_base", m.rank_base}});
   }
-  result.coordinator = make_host_coordinator(std::move(members));
+  result.coordinator = make_host_coordinator(std::move(members), result.assignment, o);
   return result;
 }
 
 RendezvousResult join(const RunOptions& o, SignalPipe& signals) {
   const std::string where = o.master_addr + ":" + std::to_string(agent_port(o));
-  const auto deadline = clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.rdzv_timeout_s * 1000));
+  const auto deadline = deadline_in(o.rdzv_timeout_s);
   const std::string me = "node " + std::to_string(o.node_rank);
   int fd = -1, err = 0;
   while (fd < 0) {
@@ -130,7 +114,7 @@ RendezvousResult join(const RunOptions& o, SignalPipe& signals) {
     }
     pollfd p{signals.fd(), POLLIN, 0};
     poll(&p, 1, std::min(ms_left(deadline), 200));
-    check_interrupt(signals);
+    signals.throw_if_interrupted();
   }
   auto channel = std::make_unique<Channel>(fd);
   channel->send({{"type", "join"}, {"node_rank", o.node_rank}, {"nnodes", o.nnodes}, {"nproc", o.nproc_per_node}});
@@ -142,7 +126,7 @@ RendezvousResult join(const RunOptions& o, SignalPipe& signals) {
     }
     std::vector<pollfd> fds{{signals.fd(), POLLIN, 0}, {channel->fd(), POLLIN, 0}};
     poll(fds.data(), fds.size(), std::min(ms_left(deadline), 200));
-    check_interrupt(signals);
+    signals.throw_if_interrupted();
     if (!(fds[1].revents & (POLLIN | POLLHUP | POLLERR))) continue;
     std::vector<nlohmann::json> messages;
     bool open = channel->receive(messages);
@@ -151,9 +135,8 @@ RendezvousResult join(const RunOptions& o, SignalPipe& signals) {
       if (type == "reject") throw ConfigError(-1, "node 0 refused " + me + ": " + m.value("reason", ""));
       if (type == "start") {
         RendezvousResult result;
-        result.world_size = m.value("world_size", 0);
-        result.rank_base = m.value("rank_base", 0);
-        result.coordinator = make_member_coordinator(std::move(channel), where);
+        result.assignment = {0, m.value("world_size", 0), m.value("rank_base", 0)};
+        result.coordinator = make_member_coordinator(std::move(channel), where, result.assignment, o);
         return result;
       }
     }
@@ -168,8 +151,8 @@ RendezvousResult join(const RunOptions& o, SignalPipe& signals) {
 RendezvousResult rendezvous(const RunOptions& o, SignalPipe& signals) {
   if (o.nnodes == 1) {
     RendezvousResult result;
-    result.world_size = o.nproc_per_node;
-    result.coordinator = std::make_unique<SoloCoordinator>();
+    result.assignment = {0, o.nproc_per_node, 0};
+    result.coordinator = std::make_unique<SoloCoordinator>(result.assignment, o.max_restarts);
     return result;
   }
   return o.node_rank == 0 ? host(o, signals) : join(o, signals);

@@ -5,33 +5,26 @@
 // node it is and how many workers it runs, and receives the world size and its first global rank.
 // Each node may run a different number of workers; ranks are numbered node by node.
 // The connections stay open afterwards as the coordination links (peer_coordinators.h).
-// One round today; a later issue runs further rounds for restarts and changed membership.
+// This is round 0's rendezvous; later rounds (restarts) meet through the coordinators, which keep
+// the world as it is (coordinator.h). Elastic membership will keep node 0's listener open and form
+// a new world for a later round here.
 #pragma once
 
 #include <memory>
-#include <stdexcept>
 
 #include "coordinator.h"
 #include "options.h"
+#include "signal_pipe.h"
 
 namespace cohort::launcher {
 
-class SignalPipe;
-
-/// Thrown when SIGINT / SIGTERM / SIGHUP arrives while waiting.
-struct Interrupted : std::runtime_error {
-  explicit Interrupted(int sig) : std::runtime_error("interrupted"), signal(sig) {}
-  int signal;
-};
-
 struct RendezvousResult {
-  int world_size = 0;
-  int rank_base = 0;  // global rank of this node's local rank 0
+  Assignment assignment;  // round 0
   std::unique_ptr<Coordinator> coordinator;
 };
 
 /// Throws cohort::TimeoutError (a node missing), cohort::ConfigError (nodes disagree, address not
-/// ours) or Interrupted.
+/// ours) or Interrupted (SIGINT / SIGTERM / SIGHUP while waiting).
 RendezvousResult rendezvous(const RunOptions& options, SignalPipe& signals);
 
 }  // namespace cohort::launcher

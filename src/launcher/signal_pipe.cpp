@@ -54,4 +54,10 @@ std::vector<int> SignalPipe::drain() {
   return out;
 }
 
+void SignalPipe::throw_if_interrupted() {
+  for (int sig : drain()) {
+    if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) throw Interrupted(sig);
+  }
+}
+
 }  // namespace cohort::launcher

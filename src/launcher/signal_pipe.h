@@ -6,9 +6,17 @@
 // the parent-death signal, the job); spawn.cpp restores the defaults in workers.
 #pragma once
 
+#include <stdexcept>
 #include <vector>
 
 namespace cohort::launcher {
+
+/// Thrown by the waiting loops outside supervision (rendezvous, between rounds) when SIGINT,
+/// SIGTERM or SIGHUP arrives: the job ends, it is never restarted.
+struct Interrupted : std::runtime_error {
+  explicit Interrupted(int sig) : std::runtime_error("interrupted"), signal(sig) {}
+  int signal;
+};
 
 class SignalPipe {
  public:
@@ -23,6 +31,9 @@ class SignalPipe {
 
   /// The signals received since the last call, in arrival order.
   std::vector<int> drain();
+
+  /// Drains the pipe; throws Interrupted if SIGINT, SIGTERM or SIGHUP was among the signals.
+  void throw_if_interrupted();
 
  private:
   int read_fd_ = -1;

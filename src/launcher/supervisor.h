@@ -1,12 +1,13 @@
-// launcher/supervisor.h — the loop that watches a running job until it ends one way or another.
+// launcher/supervisor.h — the loop that watches one round of a job until it ends one way or another.
 //
 // One poll() over the signal pipe, the workers' output pipes and the coordination links; it relays
-// output, reaps workers and turns what happens into one Outcome. It decides nothing about what to
-// do next: the agent (agent.h) stops workers, prints and exits — and a later issue's restart policy
-// will instead start a new round there. Periodic work (heartbeats, hang detection) fits the tick.
+// output, reaps workers and turns what happens into one Outcome (round.h). It decides nothing about
+// what to do next: the agent (agent.cpp) stops the workers and asks the coordinator whether the job
+// restarts. Periodic work fits the tick: worker heartbeats and hang detection (a worker whose step
+// stops advancing for --hang-timeout becomes a worker_failed Outcome) will go there.
 #pragma once
 
-#include <string>
+#include "round.h"
 
 namespace cohort::launcher {
 
@@ -14,12 +15,7 @@ class WorkerGroup;
 class Coordinator;
 class SignalPipe;
 
-struct Outcome {
-  enum Kind { succeeded, worker_failed, peer_failed, peer_lost, interrupted } kind = succeeded;
-  std::string summary;  // the failure summary (worker_failed, peer_failed, peer_lost)
-  int signal = 0;       // interrupted: the signal received
-};
-
-Outcome supervise(WorkerGroup& workers, Coordinator& coordinator, SignalPipe& signals);
+/// Supervises round `round` (stamped on a worker failure) until it ends.
+Outcome supervise(WorkerGroup& workers, Coordinator& coordinator, SignalPipe& signals, int round);
 
 }  // namespace cohort::launcher

@@ -35,7 +35,7 @@ std::vector<std::string> worker_variables(const WorkerPlace& p) {
       var("MASTER_ADDR", p.job.master_addr),
       num("MASTER_PORT", p.job.master_port),
       num("TORCHELASTIC_RESTART_COUNT", p.job.restart_count),
-      num("TORCHELASTIC_MAX_RESTARTS", 0),
+      num("TORCHELASTIC_MAX_RESTARTS", p.max_restarts),
       // intra-op threads for OpenMP / MKL / libtorch, and OpenBLAS's own pool (Debian's libtorch
       // calls BLAS through libblas.so.3 without setting OpenBLAS's threads)
       num("OMP_NUM_THREADS", p.threads),

@@ -16,6 +16,7 @@ struct WorkerPlace {
   JobEnv job;
   int nnodes = 1;
   int threads = 1;
+  int max_restarts = 0;  // --max-restarts (job.restart_count is this round's number)
 };
 
 /// The variables set for a worker, as NAME=VALUE, in a fixed order.

@@ -137,8 +137,9 @@ void WorkerGroup::kill_groups(int sig) {
   }
 }
 
-void WorkerGroup::stop(double grace_s, SignalPipe& signals) {
+int WorkerGroup::stop(double grace_s, SignalPipe& signals) {
   using clock = std::chrono::steady_clock;
+  int interrupt = 0;
   kill_groups(SIGTERM);
   const auto deadline = clock::now() + std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000));
   reap();
@@ -148,10 +149,14 @@ void WorkerGroup::stop(double grace_s, SignalPipe& signals) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count();
     poll(fds.data(), fds.size(), static_cast<int>(std::min<int64_t>(std::max<int64_t>(left, 0), 100)));
     bool hurry = false;
-    for (int sig : signals.drain()) hurry = hurry || sig == SIGINT || sig == SIGTERM || sig == SIGHUP;
+    for (int sig : signals.drain()) {
+      if (sig != SIGINT && sig != SIGTERM && sig != SIGHUP) continue;
+      hurry = true;
+      if (interrupt == 0) interrupt = sig;
+    }
     pump(fds);
     reap();
-    if (hurry) break;  // a second Ctrl-C: no more grace
+    if (hurry) break;  // a (second) Ctrl-C: no more grace
   }
   kill_groups(SIGKILL);
   for (auto& w : workers_) {
@@ -162,6 +167,7 @@ void WorkerGroup::stop(double grace_s, SignalPipe& signals) {
   }
   // Children the workers left behind in their groups (the leaders are reaped, the groups may not be).
   for (const auto& w : workers_) kill(-w.pid, SIGKILL);
+  return interrupt;
 }
 
 }  // namespace cohort::launcher

@@ -1,8 +1,8 @@
-// launcher/worker_group.h — the workers of one node for one attempt: start them, relay their output,
+// launcher/worker_group.h — the workers of one node for one round: start them, relay their output,
 // notice when they end, stop them.
 //
 // Owns the processes and their pipes; knows nothing of other nodes or of policy (what a failure
-// means is the supervisor's business). A later restart creates a fresh WorkerGroup per attempt.
+// means is the supervisor's business). Every round of a job has a fresh WorkerGroup.
 #pragma once
 
 #include <poll.h>
@@ -59,7 +59,9 @@ class WorkerGroup {
   /// Stops every worker still running: SIGTERM to each worker's process group, output relayed
   /// while waiting up to grace_s, then SIGKILL; a second SIGINT/SIGTERM on `signals` skips the
   /// wait. Returns when every worker is reaped, having killed what was left in their groups.
-  void stop(double grace_s, SignalPipe& signals);
+  /// Returns the first SIGINT/SIGTERM/SIGHUP seen meanwhile (0: none), so that an interrupt that
+  /// arrives while a failed round is being stopped still prevents the restart.
+  int stop(double grace_s, SignalPipe& signals);
 
  private:
   void kill_groups(int sig);

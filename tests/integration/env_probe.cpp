@@ -6,6 +6,8 @@
 //   --lines N        print N long lines, each in two write()s with a pause between (relay test)
 //   --ignore-term    ignore SIGTERM (the launcher must escalate to SIGKILL)
 //   --sleep S        then sleep S seconds (default 0) and exit 0
+//   --until-restart N  the flags above apply only while COHORT_RESTART_COUNT < N; from the Nth
+//                      restart on the probe prints, writes its pid and exits 0 (restart tests)
 #include <signal.h>
 #include <unistd.h>
 
@@ -21,6 +23,7 @@ int main(int argc, char** argv) {
   const int rank = rank_env ? std::atoi(rank_env) : -1;
   int exit_rank = -1, exit_code = 0, kill_rank = -1, lines = 0, delay_ms = 300;
   double sleep_s = 0;
+  int until_restart = -1;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
@@ -36,6 +39,8 @@ int main(int argc, char** argv) {
       delay_ms = std::atoi(next().c_str());
     } else if (a == "--sleep") {
       sleep_s = std::atof(next().c_str());
+    } else if (a == "--until-restart") {
+      until_restart = std::atoi(next().c_str());
     } else if (a == "--ignore-term") {
       signal(SIGTERM, SIG_IGN);
     }
@@ -44,7 +49,7 @@ int main(int argc, char** argv) {
        {"COHORT_RANK", "COHORT_WORLD_SIZE", "COHORT_LOCAL_RANK", "COHORT_LOCAL_WORLD_SIZE", "COHORT_NODE_RANK",
         "COHORT_MASTER_ADDR", "COHORT_MASTER_PORT", "COHORT_RESTART_COUNT", "COHORT_THREADS", "RANK", "WORLD_SIZE",
         "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK", "TORCHELASTIC_RESTART_COUNT",
-        "OMP_NUM_THREADS"}) {
+        "TORCHELASTIC_MAX_RESTARTS", "OMP_NUM_THREADS"}) {
     const char* v = std::getenv(name);
     std::printf("ENV %s=%s\n", name, v ? v : "<unset>");
   }
@@ -58,6 +63,8 @@ int main(int argc, char** argv) {
       std::rename(tmp.c_str(), path.c_str());
     }
   }
+  const char* restart_env = std::getenv("COHORT_RESTART_COUNT");
+  if (until_restart >= 0 && restart_env && std::atoi(restart_env) >= until_restart) return 0;
   for (int i = 0; i < lines; ++i) {
     // Two writes per line with a pause between: a relay that forwards bytes as they come would
     // let another rank's line land in the middle.

@@ -46,6 +46,12 @@ TEST(LauncherCli, ProgramIsNotExecutable) {
   expect_one_line_error(run({COHORT_BIN, "run", "--", script}, 10), "not executable");
 }
 
+TEST(LauncherCli, BadMaxRestarts) {
+  expect_one_line_error(run({COHORT_BIN, "run", "--max-restarts", "-1", ENV_PROBE_BIN}, 10), "--max-restarts -1");
+  expect_one_line_error(run({COHORT_BIN, "run", "--max-restarts", "x", ENV_PROBE_BIN}, 10), "--max-restarts");
+  expect_one_line_error(run({COHORT_BIN, "run", "--max_restarts", "1.5", ENV_PROBE_BIN}, 10), "--max-restarts");
+}
+
 TEST(LauncherCli, NodeRankOutOfRange) {
   expect_one_line_error(run({COHORT_BIN, "run", "--nnodes", "2", "--node-rank", "2", ENV_PROBE_BIN}, 10),
                         "--node-rank 2");

@@ -12,7 +12,9 @@
 #include <algorithm>
 
 #include "launcher/cli.h"
+#include "launcher/failure_history.h"
 #include "launcher/failure_summary.h"
+#include "launcher/round.h"
 #include "launcher/output_relay.h"
 #include "launcher/worker_env.h"
 
@@ -66,6 +68,14 @@ TEST(LauncherParts, WorkerVariablesOverrideTheInheritedOnes) {
   EXPECT_TRUE(has("OPENBLAS_NUM_THREADS=3"));
   EXPECT_TRUE(has("COHORT_THREADS=3"));
   EXPECT_TRUE(has("TORCHELASTIC_RESTART_COUNT=0"));
+  EXPECT_TRUE(has("TORCHELASTIC_MAX_RESTARTS=0"));
+
+  p.job.restart_count = 2;
+  p.max_restarts = 5;
+  env = worker_variables(p);
+  EXPECT_TRUE(has("COHORT_RESTART_COUNT=2"));
+  EXPECT_TRUE(has("TORCHELASTIC_RESTART_COUNT=2"));
+  EXPECT_TRUE(has("TORCHELASTIC_MAX_RESTARTS=5"));
 }
 
 // The launcher writes exactly what cohort::init() reads: one contract, checked both ways.
@@ -109,6 +119,57 @@ TEST(LauncherParts, ExitDescriptions) {
   std::string s = failure_summary(f);
   EXPECT_NE(s.find("rank 3 (node 1, local rank 1, pid 42) exited with code 2"), std::string::npos) << s;
   EXPECT_NE(s.find("    [3] b\n"), std::string::npos) << s;
+}
+
+// Only a worker failure restarts, and only while restarts are left.
+TEST(LauncherParts, RestartRule) {
+  WorkerFailure w{1, 1, 0, 42, 3 << 8, {"bye"}};
+  Outcome failed{Outcome::worker_failed, "summary\n", 0, round_failure(w, 1)};
+  EXPECT_TRUE(decide_round_end(failed, 0, 2).restart);
+  EXPECT_TRUE(decide_round_end(failed, 1, 2).restart);
+  EXPECT_FALSE(decide_round_end(failed, 2, 2).restart);
+  EXPECT_FALSE(decide_round_end(failed, 0, 0).restart);
+  Outcome elsewhere = failed;
+  elsewhere.kind = Outcome::peer_failed;
+  EXPECT_TRUE(decide_round_end(elsewhere, 0, 1).restart);
+  for (auto kind : {Outcome::interrupted, Outcome::peer_lost, Outcome::peer_stopped}) {
+    Outcome o{kind, "why\n", 2, std::nullopt};
+    RoundEnd end = decide_round_end(o, 0, 5);
+    EXPECT_FALSE(end.restart) << kind;
+    EXPECT_EQ(end.summary, "why\n");
+  }
+  RoundEnd end = decide_round_end(failed, 0, 1);
+  ASSERT_TRUE(end.failure.has_value());
+  EXPECT_EQ(end.failure->round, 1);
+  EXPECT_EQ(end.failure->how, "exited with code 3");
+  EXPECT_NE(end.failure->summary.find("[1] bye"), std::string::npos);
+}
+
+TEST(LauncherParts, FailureHistoryAndNotices) {
+  RoundFailure a;
+  a.round = 0;
+  a.rank = 3;
+  a.node_rank = 1;
+  a.local_rank = 0;
+  a.pid = 77;
+  a.how = "was killed by signal 9 (SIGKILL: Killed)";
+  a.time_ms = 1700000000123;
+  RoundFailure b = a;
+  b.round = 1;
+  b.pid = 78;
+  b.how = "exited with code 2";
+  EXPECT_EQ(describe_failure(a), "rank 3 (node 1, local rank 0, pid 77) was killed by signal 9 (SIGKILL: Killed)");
+  EXPECT_EQ(restart_notice(a, 1, 4), "cohort run: round 0 failed: rank 3 (node 1, local rank 0, pid 77) was killed by "
+                                     "signal 9 (SIGKILL: Killed); restarting the job (restart 1 of 4)\n");
+  EXPECT_EQ(success_note(0), "cohort run: job succeeded\n");
+  EXPECT_EQ(success_note(1), "cohort run: job succeeded after 1 restart\n");
+  const std::string h = failure_history({a, b}, 1, 1);
+  EXPECT_EQ(h.rfind("cohort run: failure history (1 restart, --max-restarts 1):\n  round 0 at ", 0), 0u) << h;
+  EXPECT_NE(h.find(".123: rank 3 (node 1, local rank 0, pid 77) was killed"), std::string::npos) << h;
+  EXPECT_NE(h.find("\n  round 1 at "), std::string::npos) << h;
+  EXPECT_NE(h.find("pid 78) exited with code 2\n"), std::string::npos) << h;
+  EXPECT_EQ(format_wall_time(1700000000005).size(), std::string("2023-11-14 22:13:20.005").size());
+  EXPECT_EQ(format_wall_time(1700000000005).substr(19), ".005");
 }
 
 TEST(LauncherParts, RelayCompletesPartialLinesAndKeepsTheTail) {

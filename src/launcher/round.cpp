@@ -1,0 +1,32 @@
+// Rounds and the restart rule. See round.h.
+#include "round.h"
+
+#include <chrono>
+
+namespace cohort::launcher {
+
+RoundFailure round_failure(const WorkerFailure& f, int round) {
+  RoundFailure r;
+  r.round = round;
+  r.rank = f.rank;
+  r.node_rank = f.node_rank;
+  r.local_rank = f.local_rank;
+  r.pid = f.pid;
+  r.how = describe_exit(f.wait_status);
+  r.time_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                  std::chrono::system_clock::now().time_since_epoch())
+                  .count();
+  r.summary = failure_summary(f);
+  return r;
+}
+
+RoundEnd decide_round_end(const Outcome& outcome, int round, int max_restarts) {
+  RoundEnd end;
+  const bool worker_failure = outcome.kind == Outcome::worker_failed || outcome.kind == Outcome::peer_failed;
+  end.restart = worker_failure && round < max_restarts;
+  end.summary = outcome.summary;
+  end.failure = outcome.failure;
+  return end;
+}
+
+}  // namespace cohort::launcher

@@ -1,0 +1,77 @@
+// launcher/round.h — one round of a job, what ended it, and whether the job restarts.
+//
+// A job runs in rounds 0, 1, 2, ...: rendezvous → start every node's workers → supervise →
+// outcome → restart decision. A round that fails (a worker exits non-zero or dies by a signal,
+// here or on another node) ends on every node, and the job starts again with the next round
+// number (COHORT_RESTART_COUNT) while --max-restarts allows. Node 0's agent (or the only agent)
+// decides; the others are told (peer_coordinators.h), so all nodes agree on the count.
+// Pure data and the restart rule: no processes, no sockets.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include "failure_summary.h"
+
+namespace cohort::launcher {
+
+/// This node's place in one round. Static membership: only `round` changes between rounds today.
+/// (Elastic membership will hand out a new world size and rank base here.)
+struct Assignment {
+  int round = 0;
+  int world_size = 0;
+  int rank_base = 0;  // global rank of this node's local rank 0
+};
+
+/// The worker failure that ended a round, as the agent that saw it recorded it; travels between
+/// agents so that every node prints the same history.
+struct RoundFailure {
+  int round = 0;
+  int rank = 0;
+  int node_rank = 0;
+  int local_rank = 0;
+  int64_t pid = 0;
+  std::string how;      // describe_exit(): "exited with code 3", "was killed by signal 9 (...)"
+  int64_t time_ms = 0;  // wall clock (ms since the epoch) when the agent reaped the worker
+  std::string summary;  // failure_summary(): the report with the worker's last lines
+};
+
+/// Stamps a worker's failure with the round and the current time.
+RoundFailure round_failure(const WorkerFailure& failure, int round);
+
+/// How a round ended as this node saw it first (the supervisor's result).
+struct Outcome {
+  enum Kind {
+    succeeded,      // every worker of every node exited 0
+    worker_failed,  // one of this node's workers failed
+    peer_failed,    // a worker failed on another node (or node 0 ended the round because of one)
+    peer_stopped,   // another node stopped the job: it was interrupted or could not start its workers
+    peer_lost,      // another node's agent is gone
+    interrupted,    // this agent received SIGINT / SIGTERM / SIGHUP
+  } kind = succeeded;
+  std::string summary;                  // what to print if the job ends here
+  int signal = 0;                       // interrupted: the signal received
+  std::optional<RoundFailure> failure;  // worker_failed, peer_failed: the failure
+};
+
+/// The job's decision about a round that did not succeed.
+struct RoundEnd {
+  bool restart = false;
+  std::string summary;                  // printed when the job ends here
+  std::optional<RoundFailure> failure;  // the worker failure that ended the round, if one did
+};
+
+/// The restart rule: a worker failure restarts the job while restarts are left (round <
+/// max_restarts); an interrupt, a lost node or a node that stopped the job never restart it.
+/// (Hang detection will add "a worker stopped making progress" as a worker failure.)
+RoundEnd decide_round_end(const Outcome& outcome, int round, int max_restarts);
+
+/// The job ends between rounds without a restart (a node lost or stopped it, the next round's
+/// rendezvous timed out); what() is the summary to print, ending in a newline.
+struct JobStopped : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace cohort::launcher
