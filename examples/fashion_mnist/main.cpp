@@ -3,7 +3,11 @@
 //   RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 ./fashion_mnist &
 //   RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 ./fashion_mnist
 // It ends with one JSON line per rank: test_accuracy, samples_per_s (whole job, after the warm-up
-// steps, evaluation excluded), world_size, steps, final_loss and param_checksum.
+// steps, evaluation excluded), world_size, steps, final_loss, param_checksum and
+// optimizer_checksum.
+// With --ckpt-dir it checkpoints every --ckpt-every steps (in the background unless --ckpt-sync)
+// and, when started again with the same directory, resumes from the newest valid checkpoint:
+// the same step, epoch position, parameters, momentum and RNG state, also on another world size.
 #include <CLI/CLI.hpp>
 #include <cohort/cohort.h>
 #include <torch/torch.h>
@@ -34,6 +38,10 @@ struct Flags {
   bool no_eval = false;
   bool plain = false;
   int log_every = 100;
+  std::string ckpt_dir;    // empty: no checkpoints
+  int64_t ckpt_every = 0;  // steps; 0 with a directory: only restore
+  int ckpt_keep = 3;
+  bool ckpt_sync = false;
 };
 
 double evaluate(torch::nn::Module& net, const std::function<torch::Tensor(torch::Tensor)>& forward,
@@ -56,15 +64,41 @@ double evaluate(torch::nn::Module& net, const std::function<torch::Tensor(torch:
 struct Outcome {
   int64_t steps = 0;
   double last_loss = 0, samples_per_s = 0;
+  std::string optimizer_checksum;
 };
+
+// Fingerprint of the SGD momentum buffers, to compare resumed and uninterrupted runs.
+std::string momentum_checksum(torch::optim::SGD& optimizer) {
+  std::vector<torch::Tensor> buffers;
+  auto& state = optimizer.state();
+  for (auto& group : optimizer.param_groups()) {
+    for (auto& p : group.params()) {
+      auto it = state.find(cohort::optimizer_state_key<std::decay_t<decltype(state)>>(p));
+      if (it != state.end()) buffers.push_back(static_cast<torch::optim::SGDParamState&>(*it->second).momentum_buffer());
+    }
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(cohort::tensors_hash(buffers)));
+  return hex;
+}
 
 template <typename Forward>
 Outcome train_loop(const Flags& flags, FashionMnist& train_set, cohort::DistributedSampler& sampler,
-                   std::vector<torch::Tensor> parameters, Forward forward, int rank, int world) {
+                   torch::nn::Module& module, Forward forward, int rank, int world,
+                   cohort::Checkpointer* checkpoints) {
   auto loader = torch::data::make_data_loader(train_set, sampler, torch::data::DataLoaderOptions(flags.batch_size));
-  torch::optim::SGD optimizer(parameters, torch::optim::SGDOptions(flags.lr).momentum(flags.momentum));
+  torch::optim::SGD optimizer(module.parameters(), torch::optim::SGDOptions(flags.lr).momentum(flags.momentum));
   using clock = std::chrono::steady_clock;
   Outcome out;
+  if (checkpoints) {
+    if (auto restored = checkpoints->restore_latest(module, optimizer, sampler)) {
+      out.steps = restored->step;
+      if (rank == 0)
+        std::cout << "resumed from " << restored->path << " (step " << restored->step << ", epoch " << restored->epoch
+                  << ", saved by " << restored->saved_world_size << " ranks)" << std::endl;
+    }
+  }
+  const int64_t first_step = out.steps;
   int64_t timed_steps = 0;
   clock::time_point timer_start;
   bool done = false;
@@ -77,8 +111,9 @@ Outcome train_loop(const Flags& flags, FashionMnist& train_set, cohort::Distribu
       optimizer.step();
       out.last_loss = loss.template item<double>();
       ++out.steps;
-      if (out.steps == flags.warmup_steps) timer_start = clock::now();
-      if (out.steps > flags.warmup_steps) ++timed_steps;
+      if (checkpoints) checkpoints->maybe_save(module, optimizer, sampler);
+      if (out.steps - first_step == flags.warmup_steps) timer_start = clock::now();
+      if (out.steps - first_step > flags.warmup_steps) ++timed_steps;
       if (rank == 0 && flags.log_every > 0 && out.steps % flags.log_every == 0) {
         std::cout << "epoch " << epoch << " step " << out.steps << " loss " << out.last_loss << std::endl;
       }
@@ -92,6 +127,8 @@ Outcome train_loop(const Flags& flags, FashionMnist& train_set, cohort::Distribu
     const double seconds = std::chrono::duration<double>(clock::now() - timer_start).count();
     out.samples_per_s = static_cast<double>(timed_steps) * flags.batch_size * world / seconds;
   }
+  if (checkpoints) checkpoints->wait();  // a save in flight is finished (and its failure reported) here
+  out.optimizer_checksum = momentum_checksum(optimizer);
   return out;
 }
 
@@ -120,16 +157,24 @@ int train(const Flags& flags, Net net) {
   nlohmann::json result = {{"rank", rank}, {"world_size", world}, {"model", flags.model}};
   if (flags.plain) {
     // One process without cohort's runtime: the baseline for scaling efficiency.
-    outcome = train_loop(flags, train_set, sampler, net->parameters(), [&](torch::Tensor x) { return net->forward(x); },
-                         rank, world);
+    outcome = train_loop(flags, train_set, sampler, *net, [&](torch::Tensor x) { return net->forward(x); }, rank, world,
+                         nullptr);
     result["plain"] = true;
   } else {
     cohort::DDPOptions ddp_options;
     ddp_options.bucket_cap_mb = flags.bucket_cap_mb;
     ddp_options.reference_mode = flags.reference;
     auto model = cohort::DistributedDataParallel(net, ctx, ddp_options);
-    outcome = train_loop(flags, train_set, sampler, model->parameters(),
-                         [&](torch::Tensor x) { return model->forward(x); }, rank, world);
+    std::unique_ptr<cohort::Checkpointer> checkpoints;
+    if (!flags.ckpt_dir.empty()) {
+      cohort::CheckpointOptions options;
+      options.every_steps = flags.ckpt_every;
+      options.keep_last = flags.ckpt_keep;
+      options.async = !flags.ckpt_sync;
+      checkpoints = std::make_unique<cohort::Checkpointer>(flags.ckpt_dir, ctx, options);
+    }
+    outcome = train_loop(flags, train_set, sampler, *model, [&](torch::Tensor x) { return model->forward(x); }, rank,
+                         world, checkpoints.get());
     // The job's loss: the last step's loss averaged over ranks.
     std::vector<torch::Tensor> loss{torch::tensor({outcome.last_loss / world}, torch::kDouble)};
     ctx->group()->allreduce(loss)->wait();
@@ -143,6 +188,7 @@ int train(const Flags& flags, Net net) {
   result["test_accuracy"] = accuracy;
   result["samples_per_s"] = outcome.samples_per_s;
   result["param_checksum"] = cohort::parameters_checksum(*net);
+  result["optimizer_checksum"] = outcome.optimizer_checksum;
   std::cout << result.dump() << std::endl;
   return 0;
 }
@@ -167,7 +213,17 @@ int main(int argc, char** argv) {
   app.add_flag("--no-eval", f.no_eval, "Skip the test-set evaluation");
   app.add_flag("--plain", f.plain, "One process without cohort (no init, no DDP): the scaling baseline");
   app.add_option("--log-every", f.log_every, "Print the loss every N steps on rank 0 (0: never)");
+  auto* ckpt_dir = app.add_option("--ckpt-dir", f.ckpt_dir, "Checkpoint here, and resume from here when restarted");
+  app.add_option("--ckpt-every", f.ckpt_every, "Checkpoint every N steps (0: only resume)")
+      ->check(CLI::NonNegativeNumber)
+      ->needs(ckpt_dir);
+  app.add_option("--ckpt-keep", f.ckpt_keep, "Checkpoints kept (the newest N)")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_flag("--ckpt-sync", f.ckpt_sync, "Write checkpoints synchronously instead of in the background");
   CLI11_PARSE(app, argc, argv);
+  if (f.plain && !f.ckpt_dir.empty()) {
+    std::cerr << "fashion_mnist: --ckpt-dir needs cohort's runtime; it cannot be combined with --plain" << std::endl;
+    return 2;
+  }
 
   try {
     torch::manual_seed(f.seed);  // the same initial model on every rank (rank 0's is broadcast anyway)

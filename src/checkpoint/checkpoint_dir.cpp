@@ -131,6 +131,12 @@ bool remove_checkpoint(const std::string& path) {
   return clean;
 }
 
+void remove_temporaries(const std::string& path, const std::vector<std::string>& names) {
+  for (const auto& entry : entries_of(path))
+    for (const auto& name : names)
+      if (entry.compare(0, name.size() + 5, name + ".tmp-") == 0) ::unlink((path + "/" + entry).c_str());
+}
+
 std::vector<std::string> retired_checkpoints(const std::vector<ListedCheckpoint>& listed, int keep_last,
                                              int64_t keep_every_steps) {
   std::vector<std::string> out;

@@ -41,6 +41,10 @@ std::string check_file_contents(const ManifestFile& expected, const char* data, 
 /// return value (false: something remained).
 bool remove_checkpoint(const std::string& path);
 
+/// Removes `<name>.tmp-*` files in `path` for each of `names`: what an interrupted writer of those
+/// names left behind. Only the writer of a name calls this, so it cannot hit a write in progress.
+void remove_temporaries(const std::string& path, const std::vector<std::string>& names);
+
 /// Which committed checkpoints retention removes: all but the newest `keep_last`, except those
 /// whose step is a multiple of `keep_every_steps` (when > 0), which stay forever. Also every
 /// uncommitted directory older than the newest committed one (an interrupted save's leftovers).

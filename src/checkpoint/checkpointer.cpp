@@ -150,6 +150,8 @@ class Checkpointer::Impl {
       // The same step saved before (the job went back to an older checkpoint and got here again):
       // un-commit the old one first, so that nothing mixes old and new files under a manifest.
       if (::unlink((path + "/" + ckpt::kManifestName).c_str()) == 0) ckpt::fsync_dir(path, rank_);
+      // A save of this step killed mid-write left temporary files of the names this rank writes.
+      ckpt::remove_temporaries(path, {"model.safetensors", "optimizer.safetensors"});
     } else {
       ckpt::fsync_dir(owner_.dir_, rank_);  // the new directory's entry is durable before its commit
     }

@@ -78,6 +78,8 @@ struct ResumeCase {
   bool async;
 };
 
+void PrintTo(const ResumeCase& c, std::ostream* os) { *os << c.optimizer << (c.async ? " async" : " sync"); }
+
 class CheckpointResume : public ::testing::TestWithParam<ResumeCase> {};
 
 TEST_P(CheckpointResume, BitwiseEqualToUninterruptedTraining) {
@@ -128,6 +130,8 @@ struct Damage {
   std::function<void(const fs::path&)> apply;
   std::string expected;  // part of verify's message
 };
+
+void PrintTo(const Damage& d, std::ostream* os) { *os << d.name; }
 
 class CheckpointCorruption : public ::testing::TestWithParam<Damage> {};
 

@@ -1,0 +1,222 @@
+// Checkpoints with real processes: SIGKILL at random moments of saving (50 trials), a full disk,
+// an independent safetensors reader, the `cohort ckpt` command, and the Fashion-MNIST example
+// resuming bit for bit. The probe program is ckpt_probe.cpp; this binary has no torch and reads
+// checkpoints with cohort's format library only.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <regex>
+
+#include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/safetensors.h"
+#include "support/subprocess.h"
+
+namespace fs = std::filesystem;
+using cohort::testing::contains;
+using cohort::testing::run_shell;
+namespace ckpt = cohort::ckpt;
+
+namespace {
+
+const std::string kProbe = CKPT_PROBE;
+const std::string kCohort = COHORT_CLI;
+const std::string kExample = COHORT_FASHION_MNIST;
+const std::string kReader = READ_SAFETENSORS_PY;
+
+std::string fresh_dir(const std::string& name) {
+  const fs::path p = fs::temp_directory_path() / ("cohort_ckpt_proc_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
+}
+
+// True when every value of tensor `name` in a safetensors file equals `value` (F32).
+bool all_values_equal(const std::string& file, const std::string& name, float value) {
+  const auto header = ckpt::read_header(file);
+  std::ifstream in(file, std::ios::binary);
+  for (const auto& t : header.tensors) {
+    if (t.name != name) continue;
+    std::vector<float> values((t.end - t.begin) / sizeof(float));
+    in.seekg(static_cast<std::streamoff>(header.data_start + t.begin));
+    in.read(reinterpret_cast<char*>(values.data()), static_cast<std::streamsize>(t.end - t.begin));
+    for (float v : values)
+      if (v != value) return false;
+    return !values.empty();
+  }
+  return false;
+}
+
+// --- crash safety --------------------------------------------------------------------------------
+
+TEST(CheckpointCrash, FiftySigkillsDuringSavesNeverLeaveAPartialCheckpoint) {
+  const std::string dir = fresh_dir("crash");
+  std::mt19937 rng(20261130);
+  std::uniform_int_distribution<int> delay_ms(300, 1500);
+  int64_t newest_before = -1;  // the newest committed step after the previous trial
+  int advanced = 0;
+  for (int trial = 0; trial < 50; ++trial) {
+    const bool async = trial % 2 == 1;
+    const int ms = delay_ms(rng);
+    // 1M floats: 4 MB of parameters and 4 MB of momentum per save, fsynced, back to back.
+    const auto r = run_shell("timeout -s KILL " + std::to_string(ms / 1000.0) + " " + kProbe + " --dir " + dir +
+                             " --mode loop --floats 1048576 --keep 2" + (async ? " --async" : ""));
+    SCOPED_TRACE("trial " + std::to_string(trial) + (async ? " (async)" : " (sync)") + ", killed after " +
+                 std::to_string(ms) + " ms");
+    ASSERT_EQ(r.exit_code, 128 + 9) << r.output;  // killed, not failed on its own
+    // The probe restored what the previous trial left as newest, and found it complete (it exits
+    // with "INCOMPLETE" otherwise).
+    if (contains(r.output, "restored ")) {
+      const std::string expected = newest_before < 0 ? "restored none" : "restored " + std::to_string(newest_before);
+      EXPECT_TRUE(contains(r.output, expected + "\n")) << r.output;
+    }
+    // Every committed checkpoint verifies and holds the values of its step: never a partial one.
+    int64_t newest = -1;
+    for (const auto& c : ckpt::list_checkpoints(dir)) {
+      if (!c.manifest) continue;
+      if (newest < 0) newest = c.step;
+      EXPECT_EQ(ckpt::verify_checkpoint(c.path), "") << c.path;
+      for (const auto& entry : fs::directory_iterator(c.path))  // no leftovers of a killed writer
+        EXPECT_FALSE(contains(entry.path().filename().string(), ".tmp-")) << entry.path();
+      EXPECT_TRUE(all_values_equal(c.path + "/model.safetensors", "w", static_cast<float>(c.step))) << c.path;
+      EXPECT_TRUE(all_values_equal(c.path + "/optimizer.safetensors", "w/momentum_buffer", -static_cast<float>(c.step)))
+          << c.path;
+    }
+    EXPECT_GE(newest, newest_before) << "a committed checkpoint was lost";
+    if (newest > newest_before) ++advanced;
+    newest_before = newest;
+  }
+  // The kills landed while saving: most trials committed something new before dying.
+  EXPECT_GE(advanced, 25);
+  // And a last, unkilled start restores the newest.
+  const auto last = run_shell(kProbe + " --dir " + dir + " --mode steps --steps 0 --floats 1048576");
+  EXPECT_TRUE(contains(last.output, "restored " + std::to_string(newest_before) + "\n")) << last.output;
+}
+
+// --- a full disk ----------------------------------------------------------------------------------
+
+bool can_mount_tmpfs() { return run_shell("unshare -m true").exit_code == 0; }
+
+class CheckpointFullDisk : public ::testing::TestWithParam<bool> {};
+
+TEST_P(CheckpointFullDisk, SaveFailsClearlyLeavesNothingPartialAndTrainingCarriesOn) {
+  const bool async = GetParam();
+  const std::string dir = fresh_dir(std::string("full_disk") + (async ? "_async" : "_sync"));
+  const std::string probe = kProbe + " --dir " + dir + "/ck --mode steps --steps 3 --floats 1048576 --keep 5" +
+                            (async ? " --async" : "");
+  // Step 1's checkpoint (8 MB) fits; step 2's does not, and step 1's may not be deleted for it.
+  const std::string checks = "; echo files:; find " + dir + " -type f | sort; " + kCohort + " ckpt verify " + dir +
+                             "/ck/step-00000001";
+  if (can_mount_tmpfs()) {
+    const auto r = run_shell("unshare -m sh -c 'mount -t tmpfs -o size=12m tmpfs " + dir + " && " + probe + checks + "'");
+    EXPECT_TRUE(contains(r.output, "step-00000002/")) << r.output;
+    EXPECT_TRUE(contains(r.output, ": No space left on device")) << r.output;
+    EXPECT_TRUE(contains(r.output, "nothing was committed")) << r.output;
+    EXPECT_TRUE(contains(r.output, "trained to step 3")) << r.output;  // training carried on
+    EXPECT_TRUE(contains(r.output, "step-00000001: valid")) << r.output;
+    const std::string files = r.output.substr(std::min(r.output.size(), r.output.find("files:")));
+    EXPECT_FALSE(contains(files, "step-00000002")) << "a file of the failed save is left: " << files;
+    EXPECT_FALSE(contains(files, ".tmp-")) << files;
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+  } else {
+    // No mount namespace here: a per-file size limit plays the full disk (EFBIG instead of ENOSPC).
+    const auto r = run_shell("prlimit --fsize=2000000 " + probe + " --ignore-sigxfsz; ls -R " + dir);
+    EXPECT_TRUE(contains(r.output, "File too large")) << r.output;
+    EXPECT_TRUE(contains(r.output, "trained to step 3")) << r.output;
+    EXPECT_FALSE(contains(r.output, "manifest.json")) << r.output;
+    EXPECT_FALSE(contains(r.output, ".tmp-")) << r.output;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, CheckpointFullDisk, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "async" : "sync"; });
+
+// --- Python reads the weights; `cohort ckpt` lists, verifies and inspects ---------------------------
+
+TEST(CheckpointFormat, AnIndependentSafetensorsReaderSeesTheModelsValues) {
+  const std::string dir = fresh_dir("export");
+  const auto e = run_shell(kProbe + " --dir " + dir + " --mode export");
+  ASSERT_EQ(e.exit_code, 0) << e.output;
+  const auto r = run_shell("python3 " + kReader + " " + dir + "/step-00000005/model.safetensors " + dir + "/expected.json");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "ok: 5 tensors equal")) << r.output;
+}
+
+TEST(CheckpointCli, ListVerifyInspect) {
+  const std::string dir = fresh_dir("cli");
+  ASSERT_EQ(run_shell(kProbe + " --dir " + dir + " --mode export").exit_code, 0);
+  const std::string ck = dir + "/step-00000005";
+  fs::create_directories(dir + "/step-00000009");  // an interrupted save
+
+  auto list = run_shell(kCohort + " ckpt list " + dir);
+  EXPECT_EQ(list.exit_code, 0) << list.output;
+  EXPECT_TRUE(std::regex_search(list.output, std::regex("step-00000009 +9 .*not a checkpoint: no manifest.json"))) << list.output;
+  EXPECT_TRUE(std::regex_search(list.output, std::regex("step-00000005 +5 +0 +1 "))) << list.output;
+
+  auto inspect = run_shell(kCohort + " ckpt inspect " + ck);
+  EXPECT_EQ(inspect.exit_code, 0) << inspect.output;
+  EXPECT_TRUE(contains(inspect.output, "step        5\n")) << inspect.output;
+  EXPECT_TRUE(contains(inspect.output, "world size  1\n")) << inspect.output;
+  EXPECT_TRUE(contains(inspect.output, "  weight  F32 [3, 4]\n")) << inspect.output;
+  EXPECT_TRUE(contains(inspect.output, "  steps  I64 [3]\n")) << inspect.output;
+  EXPECT_TRUE(contains(inspect.output, "  purpose = interop test\n")) << inspect.output;
+  EXPECT_TRUE(contains(inspect.output, "\"type\":\"Adam\"")) << inspect.output;
+
+  EXPECT_EQ(run_shell(kCohort + " ckpt verify " + ck).exit_code, 0);
+  {  // one flipped bit in the last tensor's data
+    std::fstream f(ck + "/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-1, std::ios::end);
+    const char c = static_cast<char>(f.get());
+    f.seekp(-1, std::ios::end);
+    f.put(static_cast<char>(c ^ 0x04));
+  }
+  auto bad = run_shell(kCohort + " ckpt verify " + ck);
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_TRUE(contains(bad.output, "is NOT valid: model.safetensors: checksum mismatch")) << bad.output;
+  auto missing = run_shell(kCohort + " ckpt verify " + dir + "/step-00000009");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_TRUE(contains(missing.output, "no manifest.json")) << missing.output;
+  auto usage = run_shell(kCohort + " ckpt verify");
+  EXPECT_EQ(usage.exit_code, 2);
+  EXPECT_TRUE(contains(usage.output, "PATH is required")) << usage.output;
+}
+
+// --- the example resumes exactly, through processes -------------------------------------------------
+
+bool have_dataset() { return std::ifstream("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz").good(); }
+
+std::string final_state(const std::string& output) {
+  std::smatch m;
+  std::regex re("\"optimizer_checksum\":\"([0-9a-f]{16})\",\"param_checksum\":\"([0-9a-f]{16})\"");
+  std::string out;
+  for (std::sregex_iterator it(output.begin(), output.end(), re), end; it != end; ++it)
+    out += (*it)[1].str() + "/" + (*it)[2].str() + " ";
+  return out;
+}
+
+class ExampleResume : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ExampleResume, StopAndResumeEqualsOneRunBitwise) {
+  if (!have_dataset()) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  const bool sync = GetParam();
+  const std::string dir = fresh_dir(std::string("example") + (sync ? "_sync" : "_async"));
+  const std::string run = kCohort + " run --nproc-per-node 2 -- " + kExample +
+                          " --no-eval --threads 1 --log-every 0 --ckpt-every 15" + (sync ? " --ckpt-sync" : "");
+  const auto straight = run_shell(run + " --max-steps 50 --ckpt-dir " + dir + "/straight");
+  ASSERT_EQ(straight.exit_code, 0) << straight.output;
+  const auto first = run_shell(run + " --max-steps 25 --ckpt-dir " + dir + "/resumed");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const auto second = run_shell(run + " --max-steps 50 --ckpt-dir " + dir + "/resumed");
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_TRUE(contains(second.output, "resumed from " + dir + "/resumed/step-00000015 (step 15")) << second.output;
+  const std::string expected = final_state(straight.output);
+  ASSERT_EQ(expected.size(), 2 * 34u) << straight.output;  // both ranks
+  EXPECT_EQ(final_state(second.output), expected) << "parameters or momentum differ from the uninterrupted run";
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, ExampleResume, ::testing::Values(true, false),
+                         [](const auto& info) { return info.param ? "sync" : "async"; });
+
+}  // namespace
