@@ -95,6 +95,19 @@ TEST(CheckpointCrash, FiftySigkillsDuringSavesNeverLeaveAPartialCheckpoint) {
   EXPECT_TRUE(contains(last.output, "restored " + std::to_string(newest_before) + "\n")) << last.output;
 }
 
+// --- a normal exit finishes the save in flight ------------------------------------------------------
+
+TEST(CheckpointExit, ExitWithAnAsyncSaveInFlightCommitsIt) {
+  const std::string dir = fresh_dir("exit");
+  const auto r = run_shell(kProbe + " --dir " + dir + " --mode steps --steps 3 --async --floats 4194304 --exit-at-once");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_TRUE(contains(r.output, "exit() with a save in flight")) << r.output;
+  const auto listed = ckpt::list_checkpoints(dir);
+  ASSERT_FALSE(listed.empty());
+  EXPECT_EQ(listed.front().step, 3);
+  EXPECT_EQ(ckpt::verify_checkpoint(listed.front().path), "");
+}
+
 // --- a full disk ----------------------------------------------------------------------------------
 
 bool can_mount_tmpfs() { return run_shell("unshare -m true").exit_code == 0; }

@@ -52,7 +52,7 @@ void check_restored(Probe& probe, torch::optim::SGD& sgd, int64_t step) {
   }
 }
 
-int run_training(const std::string& dir, int64_t floats, bool async, int64_t steps, int keep) {
+int run_training(const std::string& dir, int64_t floats, bool async, int64_t steps, int keep, bool exit_at_once) {
   auto ctx = cohort::init();
   Probe probe(floats);
   torch::optim::SGD sgd(probe.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
@@ -73,6 +73,10 @@ int run_training(const std::string& dir, int64_t floats, bool async, int64_t ste
     if (checkpoints.maybe_save(cohort::TrainingState{&probe, &sgd, nullptr}) && !async) std::cout << "saved " << s << std::endl;
     if (checkpoints.last_error() != before && !checkpoints.last_error().empty())
       std::cout << "save failed: " << checkpoints.last_error() << std::endl;
+  }
+  if (exit_at_once) {
+    std::cout << "exit() with a save in flight" << std::endl;
+    std::exit(0);  // no destructors: cohort's exit handler must finish the save
   }
   try {
     checkpoints.wait();
@@ -120,7 +124,7 @@ int main(int argc, char** argv) {
   CLI::App app{"checkpoint test probe"};
   std::string dir, mode = "loop";
   int64_t floats = 1 << 20, steps = 0;
-  bool async = false, ignore_xfsz = false;
+  bool async = false, ignore_xfsz = false, exit_at_once = false;
   int keep = 2;
   app.add_option("--dir", dir)->required();
   app.add_option("--mode", mode)->check(CLI::IsMember({"loop", "steps", "export"}));
@@ -129,11 +133,12 @@ int main(int argc, char** argv) {
   app.add_option("--keep", keep);
   app.add_flag("--async", async);
   app.add_flag("--ignore-sigxfsz", ignore_xfsz, "report a file size limit as an error instead of dying");
+  app.add_flag("--exit-at-once", exit_at_once, "call exit() right after the last save started");
   CLI11_PARSE(app, argc, argv);
   if (ignore_xfsz) std::signal(SIGXFSZ, SIG_IGN);
   try {
     if (mode == "export") return run_export(dir);
-    return run_training(dir, floats, async, mode == "loop" ? INT64_MAX : steps, keep);
+    return run_training(dir, floats, async, mode == "loop" ? INT64_MAX : steps, keep, exit_at_once);
   } catch (const std::exception& e) {
     std::cerr << "ckpt_probe: " << e.what() << std::endl;
     return 1;

@@ -251,6 +251,57 @@ TEST(CheckpointRetention, KeepsTheNewestAndThePermanentOnes) {
   EXPECT_EQ(steps, (std::set<int64_t>{5, 10, 11, 12}));
 }
 
+// --- time-based and skip policies: every rank saves at the same steps ---
+
+TEST(CheckpointPolicy, EverySecondsSavesAtTheSameStepOnEveryRank) {
+  const std::string dir = fresh_dir("every_seconds");
+  const auto batches = make_batches(1, 8);
+  std::vector<int64_t> committed(2);
+  run_ranks(2, [&](std::shared_ptr<Context> ctx) {
+    Trainer t(ctx, "sgd", initial_parameters(1));
+    // Rank 1's steps take longer than rank 0's: their clocks see different times at each step.
+    Checkpointer checkpoints(dir, ctx,
+                             {.every_seconds = 0.1, .keep_last = 0, .commit_timeout = std::chrono::seconds(5)});
+    for (int s = 0; s < 12; ++s) {
+      t.step(batches[0]);
+      std::this_thread::sleep_for(std::chrono::milliseconds(ctx->rank() == 0 ? 30 : 45));
+      checkpoints.maybe_save(t.state());
+    }
+    checkpoints.wait();
+    EXPECT_EQ(checkpoints.last_error(), "");
+    committed[ctx->rank()] = checkpoints.saves_committed();
+  });
+  const auto listed = ckpt::list_checkpoints(dir);
+  EXPECT_GE(listed.size(), 2u);  // 12 steps of >= 30 ms with a save due every 100 ms
+  EXPECT_EQ(committed[0], static_cast<int64_t>(listed.size()));
+  for (const auto& c : listed) EXPECT_EQ(ckpt::verify_checkpoint(c.path), "") << c.path;
+}
+
+TEST(CheckpointPolicy, SkipWhenBusyIsDecidedTogether) {
+  const std::string dir = fresh_dir("skip");
+  run_ranks(2, [&](std::shared_ptr<Context> ctx) {
+    // 64 MB of parameters, fsynced at every step, and steps that take no time: most saves find the
+    // previous one still being written and are skipped — by both ranks, or the commit would fail.
+    struct Big : torch::nn::Module {
+      Big() { register_parameter("w", torch::zeros({16 << 20})); }
+    } big;
+    torch::optim::SGD sgd(big.parameters(), torch::optim::SGDOptions(0.1));
+    Checkpointer checkpoints(dir, ctx,
+                             {.every_steps = 1,
+                              .keep_last = 1,
+                              .when_busy = CheckpointOptions::WhenBusy::skip,
+                              .commit_timeout = std::chrono::seconds(20)});
+    int started = 0;
+    for (int s = 0; s < 20; ++s) started += checkpoints.maybe_save({&big, &sgd, nullptr});
+    checkpoints.wait();
+    EXPECT_EQ(checkpoints.last_error(), "");
+    EXPECT_LT(started, 20);
+    EXPECT_GE(started, 1);
+    if (ctx->rank() == 0) EXPECT_EQ(checkpoints.saves_committed(), started);
+  });
+  for (const auto& c : ckpt::list_checkpoints(dir)) EXPECT_EQ(ckpt::verify_checkpoint(c.path), "") << c.path;
+}
+
 // --- failures: a failed save is reported, leaves nothing visible, and training carries on ---
 
 TEST(CheckpointFailure, FailedBackgroundSaveIsReportedAtTheNextCall) {
