@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Recovery time (issue 5): from a worker's SIGKILL to the first completed training step after the
+# restart, cohort run vs torchrun, same CNN on Fashion-MNIST, 2 ranks, checkpoints every 10 steps,
+# each resuming from its own checkpoint (cohort: the example's Checkpointer; torchrun:
+# bench/peer_recovery.py with torch.save). Runs alternate between the two; prints each median and
+# the ratio. With GOODPUT=1 it also runs cohort with a SIGKILL every 30 s and reports goodput
+# (useful steps per second with failures / without).
+# Usage: bench/recovery.sh [REPETITIONS (default 5)]    GOODPUT=1 bench/recovery.sh 3
+# Needs a build (bash scripts/setup.sh) and python3-torch.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+reps=${1:-5}
+cohort=build/tools/cohort
+example=build/examples/fashion_mnist/fashion_mnist
+[ -x "$cohort" ] && [ -x "$example" ] || { echo "recovery: build first (bash scripts/setup.sh)" >&2; exit 2; }
+work=$(mktemp -d /tmp/cohort_recovery.XXXXXX)
+trap 'pkill -9 -f "$work" 2>/dev/null || true; rm -rf "$work"' EXIT
+
+free_port() { /usr/bin/python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+
+# start KIND DIR STEPS: the job in the background, its output in DIR/log; sets job_pid, pattern.
+start() {
+  local kind=$1 dir=$2 steps=$3
+  mkdir -p "$dir/ck"
+  if [ "$kind" = cohort ]; then
+    "$cohort" run --nproc-per-node 2 --threads-per-proc 1 --max-restarts 100 -- "$example" --no-eval --threads 1 \
+      --log-every 0 --max-steps "$steps" --ckpt-dir "$dir/ck" --ckpt-every 10 --report-first-step >"$dir/log" 2>&1 &
+    pattern="fashion_mnist.*--ckpt-dir $dir/ck"
+  else
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 /usr/bin/python3 -m torch.distributed.run --nproc_per_node 2 \
+      --max_restarts 100 --redirects 1 --tee 1 --master_port "$(free_port)" bench/peer_recovery.py \
+      --ckpt-dir "$dir/ck" --max-steps "$steps" --ckpt-every 10 >"$dir/log" 2>&1 &
+    pattern="-u bench/peer_recovery.py --ckpt-dir $dir/ck"
+  fi
+  job_pid=$!
+}
+
+# first_steps DIR: the first-step timestamps of every start, in order.
+first_steps() { grep -o 'first_step_unix_ns [0-9]*' "$1/log" | awk '{print $2}'; }
+
+# kill_one: SIGKILL one worker; prints the kill's wall-clock time in ns.
+kill_one() {
+  local pid
+  pid=$(pgrep -f -- "$pattern" | tail -1)
+  [ -n "$pid" ] || { echo "recovery: no worker found" >&2; return 1; }
+  date +%s%N
+  kill -9 "$pid"
+}
+
+# wait_for_starts DIR N: until N starts have completed a step (bounded).
+wait_for_starts() {
+  for _ in $(seq 600); do
+    [ "$(first_steps "$1" | wc -l)" -ge "$2" ] && return 0
+    kill -0 "$job_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "recovery: the job did not restart; its log:" >&2; tail -20 "$1/log" >&2; return 1
+}
+
+# One measurement: start, let it train 3 s, kill a worker, time until the restarted job's first step.
+recovery_ms() {
+  local kind=$1 dir="$work/$1-$2" t_kill
+  start "$kind" "$dir" 100000
+  wait_for_starts "$dir" 1
+  sleep 3
+  t_kill=$(kill_one)
+  wait_for_starts "$dir" 2
+  kill -TERM "$job_pid" 2>/dev/null || true; wait "$job_pid" 2>/dev/null || true
+  pkill -9 -f -- "$pattern" 2>/dev/null || true
+  echo $(( ($(first_steps "$dir" | sed -n 2p) - t_kill) / 1000000 ))
+}
+
+echo "recovery time: SIGKILL of one worker -> first completed step after the restart (ms), $reps repetitions"
+echo "machine: $(nproc) cores, $(uname -r); load: $(cut -d' ' -f1-3 /proc/loadavg)"
+c=(); t=()
+for ((i = 0; i < reps; i++)); do
+  c+=("$(recovery_ms cohort "$i")")
+  t+=("$(recovery_ms torchrun "$i")")
+  echo "  run $i: cohort ${c[-1]} ms, torchrun ${t[-1]} ms"
+done
+/usr/bin/python3 - "${c[*]}" "${t[*]}" <<'PY'
+import statistics, sys
+c = [int(x) for x in sys.argv[1].split()]
+t = [int(x) for x in sys.argv[2].split()]
+mc, mt = statistics.median(c), statistics.median(t)
+print(f"median: cohort {mc:.0f} ms, torchrun {mt:.0f} ms, torchrun / cohort = {mt / mc:.1f}x")
+PY
+
+if [ "${GOODPUT:-0}" = 1 ]; then
+  steps=${GOODPUT_STEPS:-1500}
+  dir="$work/clean"; start cohort "$dir" "$steps"; s=$(date +%s%N); wait "$job_pid"; clean=$(( ($(date +%s%N) - s) / 1000000 ))
+  dir="$work/faulty"; start cohort "$dir" "$steps"; s=$(date +%s%N); kills=0
+  while kill -0 "$job_pid" 2>/dev/null; do
+    for _ in $(seq 300); do kill -0 "$job_pid" 2>/dev/null && sleep 0.1; done
+    kill -0 "$job_pid" 2>/dev/null && kill_one >/dev/null && kills=$((kills + 1))
+  done
+  wait "$job_pid" || { echo "recovery: the faulty run failed" >&2; tail -20 "$dir/log" >&2; exit 1; }
+  faulty=$(( ($(date +%s%N) - s) / 1000000 ))
+  echo "goodput: $steps steps in $clean ms without failures, $faulty ms with $kills SIGKILLs (one every 30 s):" \
+       "goodput $(awk -v a="$clean" -v b="$faulty" 'BEGIN{printf "%.1f%%", 100*a/b}')"
+fi
