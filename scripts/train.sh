@@ -2,7 +2,12 @@
 # The main job: sets up (scripts/setup.sh), then trains the Fashion-MNIST CNN for 5 epochs on two
 # local workers started and supervised by `cohort run` (rank 0 hosts the store on loopback, on a
 # free port) and prints each rank's result line. Extra arguments go to the example, e.g. `--epochs 1`.
+# It checkpoints every 200 steps to runs/fashion_mnist/checkpoints (in the background), restarts
+# failed workers from the newest checkpoint up to 3 times, and, started again, resumes where the
+# last run stopped (`cohort ckpt list runs/fashion_mnist/checkpoints`; delete the folder for a
+# fresh run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec build/tools/cohort run --nproc-per-node 2 -- build/examples/fashion_mnist/fashion_mnist "$@"
+exec build/tools/cohort run --nproc-per-node 2 --max-restarts 3 -- build/examples/fashion_mnist/fashion_mnist \
+  --ckpt-dir runs/fashion_mnist/checkpoints --ckpt-every 200 "$@"

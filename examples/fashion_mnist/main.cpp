@@ -19,6 +19,7 @@
 
 #include "fashion_mnist_data.h"
 #include "models.h"
+#include "sample_log.h"
 
 namespace {
 
@@ -43,6 +44,8 @@ struct Flags {
   int ckpt_keep = 3;
   bool ckpt_sync = false;
   bool report_first_step = false;  // recovery-time benchmark: when did this start's first step end?
+  std::string log_samples;   // empty: no sample log (sample_log.h)
+  int64_t train_limit = 0;   // train on the first N samples only (0: all)
 };
 
 double evaluate(torch::nn::Module& net, const std::function<torch::Tensor(torch::Tensor)>& forward,
@@ -87,7 +90,9 @@ template <typename Forward>
 Outcome train_loop(const Flags& flags, FashionMnist& train_set, cohort::DistributedSampler& sampler,
                    torch::nn::Module& module, Forward forward, int rank, int world,
                    cohort::Checkpointer* checkpoints) {
-  auto loader = torch::data::make_data_loader(train_set, sampler, torch::data::DataLoaderOptions(flags.batch_size));
+  SampleLog sample_log(flags.log_samples, rank, world);  // --log-samples: which samples each step used
+  auto loader = torch::data::make_data_loader(train_set, sample_log.sampler(sampler),
+                                              torch::data::DataLoaderOptions(flags.batch_size));
   torch::optim::SGD optimizer(module.parameters(), torch::optim::SGDOptions(flags.lr).momentum(flags.momentum));
   using clock = std::chrono::steady_clock;
   Outcome out;
@@ -100,6 +105,7 @@ Outcome train_loop(const Flags& flags, FashionMnist& train_set, cohort::Distribu
     }
   }
   const int64_t first_step = out.steps;
+  sample_log.started(first_step);
   int64_t timed_steps = 0;
   clock::time_point timer_start;
   bool done = false;
@@ -112,6 +118,7 @@ Outcome train_loop(const Flags& flags, FashionMnist& train_set, cohort::Distribu
       optimizer.step();
       out.last_loss = loss.template item<double>();
       ++out.steps;
+      sample_log.step(out.steps, epoch);  // before the checkpoint that may cover this step
       if (flags.report_first_step && rank == 0 && out.steps == first_step + 1) {
         const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
             std::chrono::system_clock::now().time_since_epoch());
@@ -133,7 +140,12 @@ Outcome train_loop(const Flags& flags, FashionMnist& train_set, cohort::Distribu
     const double seconds = std::chrono::duration<double>(clock::now() - timer_start).count();
     out.samples_per_s = static_cast<double>(timed_steps) * flags.batch_size * world / seconds;
   }
-  if (checkpoints) checkpoints->wait();  // a save in flight is finished (and its failure reported) here
+  if (checkpoints) {
+    checkpoints->wait();  // a save in flight is finished (and its failure reported) here
+    // The end state too, so that starting the finished job again resumes at its end.
+    if (flags.ckpt_every > 0 && out.steps > first_step && out.steps % flags.ckpt_every != 0)
+      checkpoints->save(module, optimizer, sampler);
+  }
   out.optimizer_checksum = momentum_checksum(optimizer);
   return out;
 }
@@ -156,7 +168,9 @@ int train(const Flags& flags, Net net) {
   set_threads(flags, ctx ? ctx->local_world_size() : 1);
 
   FashionMnist train_set(flags.data, /*train=*/true, rank);
-  cohort::DistributedSampler sampler(train_set.size().value(), rank, world, {.shuffle = true, .seed = flags.seed});
+  size_t train_size = train_set.size().value();
+  if (flags.train_limit > 0) train_size = std::min<size_t>(train_size, static_cast<size_t>(flags.train_limit));
+  cohort::DistributedSampler sampler(train_size, rank, world, {.shuffle = true, .seed = flags.seed});
 
   Outcome outcome;
   nlohmann::json result = {{"rank", rank}, {"world_size", world}, {"model", flags.model}};
@@ -229,6 +243,10 @@ int main(int argc, char** argv) {
   app.add_flag("--ckpt-sync", f.ckpt_sync, "Write checkpoints synchronously instead of in the background");
   app.add_flag("--report-first-step", f.report_first_step,
                "Print the wall-clock time of the first completed step (rank 0; for bench/recovery.sh)");
+  app.add_option("--log-samples", f.log_samples,
+                 "Append each step's sample indices to PREFIX.rank<R> (JSON lines; see sample_log.h)");
+  app.add_option("--train-limit", f.train_limit, "Train on the first N samples of the training set (0: all)")
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
   if (f.plain && !f.ckpt_dir.empty()) {
     std::cerr << "fashion_mnist: --ckpt-dir needs cohort's runtime; it cannot be combined with --plain" << std::endl;
