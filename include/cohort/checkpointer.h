@@ -21,7 +21,8 @@
 //    world size (the sampler then shares the rest of the epoch out again).
 // Every rank must construct the Checkpointer and make the same calls in the same order: saves and
 // restores are collective.
-// Not here: sharded state (a later issue adds shard files through the same commit).
+// Sharded state: a module that is a ShardedCheckpointable (ShardedDataParallel, sharded_state.h)
+// is saved as one shard file per rank and restored on any world size (docs/sharded.md).
 #pragma once
 
 #include <chrono>

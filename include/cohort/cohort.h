@@ -9,5 +9,7 @@
 #include "cohort/error.h"
 #include "cohort/idx.h"
 #include "cohort/job_env.h"
+#include "cohort/sharded_data_parallel.h"
+#include "cohort/monitor.h"
 #include "cohort/threads.h"
 #include "cohort/version.h"

@@ -32,6 +32,17 @@ using Backend = c10d::ProcessGroup;
 #endif
 using WorkHandle = c10::intrusive_ptr<c10d::Work>;
 
+// Reduce-scatter and allgather on one flat tensor (sharded data parallel): NCCL has them as
+// _reduce_scatter_base / _allgather_base on 1.13 and 2.x; 1.13's Gloo has neither (it throws), so
+// cohort builds them from send/recv, allgather and allreduce there (src/parallel/shard_collectives.h).
+inline bool has_native_flat_collectives(Backend& group) { return group.getBackendName() != "gloo"; }
+inline WorkHandle native_reduce_scatter(Backend& group, at::Tensor& output, at::Tensor& input) {
+  return group._reduce_scatter_base(output, input, c10d::ReduceScatterOptions());
+}
+inline WorkHandle native_allgather(Backend& group, at::Tensor& output, at::Tensor& input) {
+  return group._allgather_base(output, input, c10d::AllgatherOptions());
+}
+
 template <typename StateMap, typename TensorT>
 typename StateMap::key_type optimizer_state_key(const TensorT& param) {
   if constexpr (std::is_same_v<typename StateMap::key_type, std::string>) {

@@ -134,7 +134,7 @@ bool remove_checkpoint(const std::string& path) {
 void remove_temporaries(const std::string& path, const std::vector<std::string>& names) {
   for (const auto& entry : entries_of(path))
     for (const auto& name : names)
-      if (entry.compare(0, name.size() + 5, name + ".tmp-") == 0) ::unlink((path + "/" + entry).c_str());
+      if (!name.empty() && entry.compare(0, name.size() + 5, name + ".tmp-") == 0) ::unlink((path + "/" + entry).c_str());
 }
 
 std::vector<std::string> retired_checkpoints(const std::vector<ListedCheckpoint>& listed, int keep_last,

@@ -11,8 +11,12 @@
 //   4. commit (rank 0): waits for every rank's part, writes manifest.json atomically, fsyncs the
 //      directory; then retention removes old checkpoints.
 // Only rank 0 touches the disk for replicated state, so the other ranks' saves cost a few
-// microseconds. A sharded state (later issue) adds each rank's own file in step 2 and lists it in
-// step 3; the commit does not change.
+// microseconds. Sharded state (a module that is a ShardedCheckpointable, i.e. ShardedDataParallel):
+// in step 1 every rank snapshots its shard; in step 2 every rank writes
+// shard-<rank>-of-<world>.safetensors (role "shard") and rank 0 writes the replicated buffers as
+// model.safetensors; in step 3 each rank's part lists its file; the commit adds them to the manifest
+// with the layout ("sharding"). Restore reads the replicated files on every rank and lets the module
+// cut its own slices out of the saved shard files (resharding to any world size).
 #include "cohort/checkpointer.h"
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -29,10 +33,12 @@
 #include <thread>
 
 #include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/shard_files.h"
 #include "checkpoint/training_state.h"
 #include "cohort/context.h"
 #include "cohort/distributed_sampler.h"
 #include "cohort/error.h"
+#include "cohort/sharded_state.h"
 #include "runtime/log.h"
 
 namespace cohort {
@@ -71,6 +77,9 @@ struct SaveJob {
   int64_t epoch = 0;
   int64_t index = 0;  // saves of this Checkpointer so far: keys the store entries
   NamedTensors model, optimizer;  // rank 0: staged copies
+  NamedTensors shard;             // sharded state: this rank's shard, every rank
+  bool sharded = false;
+  std::string sharding_json;      // sharded state: the layout for the manifest
   std::string optimizer_json, sampler_json;
   ckpt::RankRng rng;
   std::map<std::string, std::string> metadata;
@@ -99,6 +108,18 @@ class Checkpointer::Impl {
       job.sampler_json = s.to_json();
     }
     job.rng = ckpt::capture_rng(*state.module, rank_);
+    if (auto* sharded = dynamic_cast<ShardedCheckpointable*>(state.module)) {
+      ShardState s = sharded->shard_state(state.optimizer);
+      job.sharded = true;
+      job.sharding_json = s.layout_json;
+      job.shard = copy ? stage(s.tensors, staged_shard_) : cpu_contiguous(s.tensors);
+      if (rank_ == 0) {
+        job.optimizer_json = s.optimizer_json;
+        const auto replicated = sharded->replicated_tensors();
+        job.model = copy ? stage(replicated, staged_model_) : cpu_contiguous(replicated);
+      }
+      return job;
+    }
     if (rank_ == 0) {  // replicated state: one writer
       job.model = ckpt::module_tensors(*state.module);
       if (state.optimizer) job.optimizer = ckpt::optimizer_tensors(*state.optimizer, *state.module, &job.optimizer_json, rank_);
@@ -172,11 +193,16 @@ class Checkpointer::Impl {
     nlohmann::json part{{"rank", rank_}, {"rng_cpu", job.rng.cpu}, {"rng_cuda", job.rng.cuda}};
     std::vector<ckpt::ManifestFile> files;
     try {
-      if (rank_ == 0) files = write_files(job, path);
+      if (rank_ == 0 || job.sharded) files = write_files(job, path);
     } catch (const Error& e) {
       part["error"] = e.what();
       report(job, part);
       throw;
+    }
+    if (rank_ != 0) {  // shard files travel to rank 0 in the part
+      auto& listed = part["files"] = nlohmann::json::array();
+      for (const auto& f : files)
+        listed.push_back({{"name", f.name}, {"bytes", f.bytes}, {"xxh3", ckpt::to_hex(f.xxh3)}, {"role", f.role}});
     }
     report(job, part);
     if (rank_ == 0) commit(job, path, std::move(files));
@@ -187,15 +213,19 @@ class Checkpointer::Impl {
     struct stat st {};
     const bool existed = ::stat(path.c_str(), &st) == 0;
     make_dir(path, rank_);
+    const std::string shard_name = job.sharded ? shard_file_name(rank_, ctx_.world_size()) : std::string();
     if (existed) {
       // The same step saved before (the job went back to an older checkpoint and got here again):
       // un-commit the old one first, so that nothing mixes old and new files under a manifest.
       if (::unlink((path + "/" + ckpt::kManifestName).c_str()) == 0) ckpt::fsync_dir(path, rank_);
-      // A save of this step killed mid-write left temporary files of the names this rank writes.
-      ckpt::remove_temporaries(path, {"model.safetensors", "optimizer.safetensors"});
-    } else {
-      ckpt::fsync_dir(owner_.dir_, rank_);  // the new directory's entry is durable before its commit
+      // A save of this step killed mid-write left temporary files of the names this rank writes
+      // (rank 0 also writes the manifest).
+      std::vector<std::string> own{shard_name};
+      if (rank_ == 0) own.insert(own.end(), {"model.safetensors", "optimizer.safetensors", ckpt::kManifestName});
+      ckpt::remove_temporaries(path, own);
     }
+    // The new directory's entry is durable before its commit (with shards, any rank may have made it).
+    if (rank_ == 0 && (!existed || job.sharded)) ckpt::fsync_dir(owner_.dir_, rank_);
     std::vector<ckpt::ManifestFile> files;
     auto add = [&](const ckpt::FileRecord& r, const char* role) {
       ckpt::ManifestFile f;
@@ -205,9 +235,12 @@ class Checkpointer::Impl {
       files.push_back(f);
     };
     try {
-      add(ckpt::write_tensor_file(path, "model.safetensors", job.model, rank_), "model");
-      if (!job.optimizer_json.empty())
-        add(ckpt::write_tensor_file(path, "optimizer.safetensors", job.optimizer, rank_), "optimizer");
+      if (rank_ == 0) {
+        add(ckpt::write_tensor_file(path, "model.safetensors", job.model, rank_), "model");
+        if (!job.optimizer_json.empty() && !job.sharded)
+          add(ckpt::write_tensor_file(path, "optimizer.safetensors", job.optimizer, rank_), "optimizer");
+      }
+      if (job.sharded) add(ckpt::write_tensor_file(path, shard_name, job.shard, rank_), "shard");
       ckpt::fsync_dir(path, rank_);
     } catch (const Error&) {
       for (const auto& f : files) ::unlink((path + "/" + f.name).c_str());
@@ -215,6 +248,12 @@ class Checkpointer::Impl {
       throw;
     }
     return files;
+  }
+
+  static std::string shard_file_name(int rank, int world) {
+    char name[64];
+    std::snprintf(name, sizeof(name), "shard-%05d-of-%05d.safetensors", rank, world);
+    return name;
   }
 
   std::string key(const SaveJob& job, int rank) const {
@@ -239,6 +278,7 @@ class Checkpointer::Impl {
     m.sampler_json = job.sampler_json;
     m.optimizer_json = job.optimizer_json;
     m.metadata = job.metadata;
+    m.sharding_json = job.sharding_json;
     for (const auto& part : collect_parts(job)) {
       if (part.contains("error"))
         throw CheckpointError(rank_, "checkpoint " + path + " not committed: " + part["error"].get<std::string>());
@@ -247,6 +287,15 @@ class Checkpointer::Impl {
       rng.cpu = part.at("rng_cpu").get<std::string>();
       rng.cuda = part.at("rng_cuda").get<std::vector<std::string>>();
       m.rng.push_back(rng);
+      for (const auto& f : part.value("files", nlohmann::json::array())) {  // other ranks' shard files
+        ckpt::ManifestFile mf;
+        mf.name = f.at("name").get<std::string>();
+        mf.bytes = f.at("bytes").get<uint64_t>();
+        mf.xxh3 = ckpt::from_hex(f.at("xxh3").get<std::string>());
+        mf.rank = rng.rank;
+        mf.role = f.at("role").get<std::string>();
+        files.push_back(std::move(mf));
+      }
     }
     m.files = std::move(files);
     const std::string text = m.to_json();
@@ -342,7 +391,7 @@ class Checkpointer::Impl {
   int64_t sequence_ = 0;
   int64_t saves_started_ = 0;
   std::atomic<int64_t> committed_{0};
-  std::vector<at::Tensor> staged_model_, staged_optim_;
+  std::vector<at::Tensor> staged_model_, staged_optim_, staged_shard_;
   c10::intrusive_ptr<c10d::Store> store_;
   std::string own_part_;
   std::thread writer_;
@@ -487,6 +536,7 @@ std::optional<RestoreInfo> Checkpointer::restore_latest(const TrainingState& sta
         for (const auto& f : c.manifest->files)
           if (f.role == "model" || f.role == "optimizer")  // replicated: every rank reads them
             attempt.files.push_back(std::make_unique<ckpt::LoadedFile>(c.path, f, rank));
+        if (!c.manifest->sharding_json.empty()) ckpt::ShardFiles::check_present(c.path, *c.manifest, rank);
         loaded = std::move(attempt);
         break;
       } catch (const Error& e) {
@@ -504,10 +554,31 @@ std::optional<RestoreInfo> Checkpointer::restore_latest(const TrainingState& sta
   if (!loaded.listed) return std::nullopt;
 
   const ckpt::Manifest& m = *loaded.listed->manifest;
-  for (const auto& f : loaded.files) {
-    if (f->name() == "model.safetensors") ckpt::load_module_tensors(*state.module, f->tensors(), f->name(), rank);
+  auto* sharded = dynamic_cast<ShardedCheckpointable*>(state.module);
+  if (sharded && m.sharding_json.empty())
+    throw CheckpointError(rank, loaded.listed->path + " holds unsharded state; a ShardedDataParallel model restores "
+                                "only sharded checkpoints (saved by ShardedDataParallel, any world size)");
+  if (!sharded && !m.sharding_json.empty())
+    throw CheckpointError(rank, loaded.listed->path + " holds sharded state (saved by ShardedDataParallel); restore "
+                                "it into a ShardedDataParallel model");
+  if (sharded) {
+    torch::NoGradGuard no_grad;
+    for (const auto& f : loaded.files) {
+      if (f->name() != "model.safetensors") continue;
+      for (auto& [name, tensor] : sharded->replicated_tensors()) {
+        const auto it = f->tensors().find(name);
+        if (it == f->tensors().end() || it->second.sizes() != tensor.sizes())
+          throw CheckpointError(rank, "model.safetensors has no tensor \"" + name + "\" of this shape: the checkpoint is of another model");
+        tensor.copy_(it->second);
+      }
+    }
+    sharded->load_shard_state(ckpt::ShardFiles(loaded.listed->path, m, rank), state.optimizer);
   }
-  if (state.optimizer) {
+  for (const auto& f : loaded.files) {
+    if (!sharded && f->name() == "model.safetensors")
+      ckpt::load_module_tensors(*state.module, f->tensors(), f->name(), rank);
+  }
+  if (state.optimizer && !sharded) {
     if (m.optimizer_json.empty())
       throw CheckpointError(rank, loaded.listed->path + " holds no optimizer state, but an optimizer was given");
     for (const auto& f : loaded.files)

@@ -5,7 +5,8 @@
 //   {"format": "cohort-checkpoint", "version": 1, "step": 1200, "epoch": 3, "world_size": 2,
 //    "created_unix_ms": ..., "files": [{"name": "model.safetensors", "bytes": N, "xxh3": "<16 hex>",
 //    "rank": 0, "role": "model"}, ...], "sampler": {...}, "optimizer": {...},
-//    "rng": [{"rank": 0, "cpu": "<hex>"}, ...], "metadata": {"<key>": "<value>"}}
+//    "rng": [{"rank": 0, "cpu": "<hex>"}, ...], "metadata": {"<key>": "<value>"},
+//    "sharding": {...}}   (sharded state only: shard files have role "shard", one per rank)
 //
 // docs/checkpointing.md describes every field. Internal header, no torch.
 #pragma once
@@ -45,6 +46,9 @@ struct Manifest {
   std::string optimizer_json;  // optimizer type and hyper-parameters per group, or empty
   std::vector<RankRng> rng;
   std::map<std::string, std::string> metadata;
+  /// Sharded state only: which parameter sits where in each unit's flat buffer ("sharding" field,
+  /// layout in include/cohort/sharded_state.h); empty for replicated state.
+  std::string sharding_json;
 
   std::string to_json() const;
   /// Throws std::runtime_error naming what is wrong (not JSON, a missing field, another format).

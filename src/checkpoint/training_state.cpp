@@ -189,16 +189,10 @@ NamedTensors optimizer_tensors(const torch::optim::Optimizer& optimizer, const t
 void load_optimizer_state(torch::optim::Optimizer& optimizer, const torch::nn::Module& module,
                           const std::map<std::string, at::Tensor>& saved, const std::string& description,
                           int rank) {
+  apply_optimizer_description(optimizer, description, rank);  // type, group count, learning rates
   const Codec& codec = codec_of(optimizer, rank);
-  const auto j = nlohmann::json::parse(description);
-  const std::string type = j.at("type").get<std::string>();
-  if (type != codec.type)
-    throw CheckpointError(rank, "the checkpoint holds " + type + " optimizer state but the optimizer is " + codec.type);
-  const auto& groups = j.at("groups");
+  const auto groups = nlohmann::json::parse(description).at("groups");
   auto& param_groups = optimizer.param_groups();
-  if (groups.size() != param_groups.size())
-    throw CheckpointError(rank, "the checkpoint's optimizer has " + std::to_string(groups.size()) +
-                                    " parameter groups, this one " + std::to_string(param_groups.size()));
   // Group the saved tensors by parameter: "name/field" -> fields[name][field].
   std::map<std::string, Fields> fields;
   for (const auto& [key, t] : saved) {
@@ -215,7 +209,6 @@ void load_optimizer_state(torch::optim::Optimizer& optimizer, const torch::nn::M
       throw CheckpointError(rank, "the checkpoint's optimizer group " + std::to_string(g) + " has " +
                                       groups[g].at("params").dump() + " parameters, this one " +
                                       std::to_string(group.params().size()));
-    group.options().set_lr(groups[g].at("lr").get<double>());
     for (size_t i = 0; i < group.params().size(); ++i) {
       const auto& p = group.params()[i];
       const auto key = optimizer_state_key<StateMap>(p);
@@ -236,6 +229,49 @@ void load_optimizer_state(torch::optim::Optimizer& optimizer, const torch::nn::M
     throw CheckpointError(rank, "the checkpoint has optimizer state for " + std::to_string(fields.size()) +
                                     " parameters, of which " + std::to_string(matched) +
                                     " belong to this optimizer: the checkpoint is of another model");
+}
+
+void param_state_tensors(const torch::optim::Optimizer& optimizer, const at::Tensor& param, const std::string& prefix,
+                         NamedTensors& out, int rank) {
+  const Codec& codec = codec_of(optimizer, rank);
+  const auto& state = optimizer.state();
+  using StateMap = std::decay_t<decltype(state)>;
+  const auto it = state.find(optimizer_state_key<StateMap>(param));
+  if (it != state.end()) codec.save(*it->second, prefix, out);
+}
+
+void set_param_state(torch::optim::Optimizer& optimizer, const at::Tensor& param,
+                     const std::map<std::string, at::Tensor>& fields, int rank) {
+  const Codec& codec = codec_of(optimizer, rank);
+  auto& state = optimizer.state();
+  using StateMap = std::decay_t<decltype(state)>;
+  if (fields.empty()) {
+    state.erase(optimizer_state_key<StateMap>(param));
+    return;
+  }
+  state[optimizer_state_key<StateMap>(param)] = codec.load(fields, param.device());
+}
+
+std::string optimizer_description(const torch::optim::Optimizer& optimizer, int rank) {
+  const Codec& codec = codec_of(optimizer, rank);
+  nlohmann::ordered_json groups = nlohmann::ordered_json::array();
+  for (const auto& group : optimizer.param_groups())
+    groups.push_back({{"lr", group.options().get_lr()}, {"params", group.params().size()}});
+  return nlohmann::ordered_json{{"type", codec.type}, {"groups", groups}}.dump();
+}
+
+void apply_optimizer_description(torch::optim::Optimizer& optimizer, const std::string& description, int rank) {
+  const Codec& codec = codec_of(optimizer, rank);
+  const auto j = nlohmann::json::parse(description);
+  const std::string type = j.at("type").get<std::string>();
+  if (type != codec.type)
+    throw CheckpointError(rank, "the checkpoint holds " + type + " optimizer state but the optimizer is " + codec.type);
+  const auto& groups = j.at("groups");
+  auto& param_groups = optimizer.param_groups();
+  if (groups.size() != param_groups.size())
+    throw CheckpointError(rank, "the checkpoint's optimizer has " + std::to_string(groups.size()) +
+                                    " parameter groups, this one " + std::to_string(param_groups.size()));
+  for (size_t g = 0; g < param_groups.size(); ++g) param_groups[g].options().set_lr(groups[g].at("lr").get<double>());
 }
 
 RankRng capture_rng(const torch::nn::Module& module, int rank) {

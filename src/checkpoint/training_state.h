@@ -42,6 +42,19 @@ void load_optimizer_state(torch::optim::Optimizer& optimizer, const torch::nn::M
                           const std::map<std::string, at::Tensor>& saved, const std::string& description,
                           int rank);
 
+// Sharded training (ShardedDataParallel): the optimizer holds flat shards, not the module's
+// parameters, so state is read and written per tensor, and the description stands alone.
+/// One tensor's optimizer state as "<prefix>/<field>" (not copied); nothing before its first step.
+void param_state_tensors(const torch::optim::Optimizer& optimizer, const at::Tensor& param, const std::string& prefix,
+                         NamedTensors& out, int rank);
+/// Replaces one tensor's optimizer state with `fields` ("step", "exp_avg", ...).
+void set_param_state(torch::optim::Optimizer& optimizer, const at::Tensor& param,
+                     const std::map<std::string, at::Tensor>& fields, int rank);
+/// {"type": "Adam", "groups": [{"lr": 0.001, "params": 4}]}
+std::string optimizer_description(const torch::optim::Optimizer& optimizer, int rank);
+/// Checks the optimizer type and group count, and sets the saved learning rates.
+void apply_optimizer_description(torch::optim::Optimizer& optimizer, const std::string& description, int rank);
+
 /// This process's RNG states: the CPU generator and the CUDA generators of the devices the
 /// module's tensors are on.
 RankRng capture_rng(const torch::nn::Module& module, int rank);

@@ -4,9 +4,10 @@
 //   tell the other nodes → stop the workers → restart decision → next round's rendezvous
 //
 // Node 0's agent (or the only one) makes the restart decision (coordinator.h), so every node
-// runs the same round numbers. What this loop deliberately does not do yet: hang detection (it
-// will be part of supervise()) and elastic membership (it will change the Assignment between
-// rounds, in Coordinator::next_round).
+// runs the same round numbers. Hangs are detected in supervise() (a hung worker is a worker
+// failure) and their flight records collected before the workers are stopped (flight_dumps.h).
+// Elastic membership lives in the coordinators (elastic_coordinators.h): each round's Assignment
+// may bring another world size, node rank and store, which local_places() hands to the workers.
 #include "agent.h"
 
 #include <signal.h>
@@ -16,9 +17,11 @@
 
 #include "cohort/error.h"
 #include "failure_history.h"
+#include "flight_dumps.h"
 #include "rendezvous.h"
 #include "signal_pipe.h"
 #include "supervisor.h"
+#include "watch.h"
 #include "worker_group.h"
 
 namespace cohort::launcher {
@@ -49,14 +52,14 @@ std::vector<WorkerPlace> local_places(const RunOptions& o, const Assignment& a) 
     p.job.world_size = a.world_size;
     p.job.local_rank = local;
     p.job.local_world_size = o.nproc_per_node;
-    p.job.node_rank = o.node_rank;
-    p.nnodes = o.nnodes;
+    p.job.node_rank = a.node_rank;  // an elastic job's nodes and store come from its rendezvous
+    p.nnodes = a.nnodes;
     // The store's port stays the same in every round: the coordinators' barrier (next_round) lets
     // no worker of a round start while one of the previous round still runs on any node, and
     // c10d's TCPStore binds with SO_REUSEADDR, so connections of the last round in TIME_WAIT do
     // not block it. One port is also what a firewall between machines lets through.
-    p.job.master_addr = o.master_addr;
-    p.job.master_port = o.master_port;
+    p.job.master_addr = a.master_addr;
+    p.job.master_port = a.master_port;
     p.job.restart_count = a.round;
     p.max_restarts = o.max_restarts;
     p.threads = o.threads_per_proc;
@@ -67,8 +70,8 @@ std::vector<WorkerPlace> local_places(const RunOptions& o, const Assignment& a) 
 
 // The end of a failed job: the history of earlier rounds' failures (when restarts were allowed),
 // then the summary of what ended it.
-void print_end(const RunOptions& o, const std::vector<RoundFailure>& history, int round, const std::string& summary) {
-  if (o.max_restarts > 0 && !history.empty()) std::cerr << failure_history(history, round, o.max_restarts);
+void print_end(const RunOptions& o, const std::vector<RoundFailure>& history, int restarts, const std::string& summary) {
+  if (o.max_restarts > 0 && !history.empty()) std::cerr << failure_history(history, restarts, o.max_restarts);
   std::cerr << summary << std::flush;
 }
 
@@ -94,6 +97,12 @@ int run_job(RunOptions o) {
   } catch (const ConfigError& e) {
     print_error(e);
     return 2;
+  } catch (const JobFinished& e) {  // an elastic spare: the job ended well without it
+    std::cerr << e.what() << std::flush;
+    return 0;
+  } catch (const JobStopped& e) {  // an elastic spare: the job ended badly without it
+    std::cerr << e.what() << std::flush;
+    return 1;
   } catch (const std::exception& e) {
     print_error(e);
     return 1;
@@ -101,13 +110,16 @@ int run_job(RunOptions o) {
   Coordinator& coordinator = *rdzv.coordinator;
   Assignment assignment = rdzv.assignment;
   std::vector<RoundFailure> history;  // one worker failure per failed round, oldest first
+  const Watch watch = open_watch(o);  // the worker link (heartbeats, hangs), for every round
 
   for (;;) {
     const int round = assignment.round;
+    o.node_rank = assignment.node_rank;  // an elastic job's node ranks change between rounds; messages name this one
     // 1. Start this node's workers for the round.
     WorkerGroup group;
     try {
-      group.start(local_places(o, assignment), o.command, o.log_dir, static_cast<size_t>(o.tail_lines));
+      group.start(local_places(o, assignment), o.command, o.log_dir, static_cast<size_t>(o.tail_lines),
+                  watch.worker_variables());
     } catch (const std::exception& e) {
       print_error(e);
       coordinator.abort("cohort run: job failed: node " + std::to_string(o.node_rank) +
@@ -119,13 +131,13 @@ int run_job(RunOptions o) {
       std::cerr << "cohort run: " << (round > 0 ? "round " + std::to_string(round) + ": " : "") << "node "
                 << o.node_rank << " started ranks " << assignment.rank_base << ".."
                 << assignment.rank_base + o.nproc_per_node - 1 << " of " << assignment.world_size << "; store at "
-                << o.master_addr << ":" << o.master_port << std::endl;
+                << assignment.master_addr << ":" << assignment.master_port << std::endl;
     }
 
     // 2. Supervise until the round ends.
-    Outcome outcome = supervise(group, coordinator, signals, round);
+    Outcome outcome = supervise(group, coordinator, signals, round, &watch);
     if (outcome.kind == Outcome::succeeded) {
-      if (round > 0 || o.verbose) std::cerr << success_note(round) << std::flush;
+      if (round > 0 || o.verbose) std::cerr << success_note(assignment.restarts) << std::flush;
       return 0;
     }
     if (outcome.kind == Outcome::interrupted) outcome.summary = interrupt_summary(o, outcome.signal);
@@ -133,9 +145,12 @@ int run_job(RunOptions o) {
     // 3. Tell the other nodes first (they stop in parallel with us), stop ours, learn the decision.
     //    An interrupt — the round's outcome, or one that arrives meanwhile — is never restarted.
     coordinator.round_over(outcome);
-    int interrupt = group.stop(o.stop_grace_s, signals);
+    // A hang: every worker writes its flight record before it is stopped (flight_dumps.h).
+    int interrupt = dump_flight_records(outcome, group, watch, round, o.stop_grace_s, signals);
+    const int late_interrupt = group.stop(o.stop_grace_s, signals);
+    if (interrupt == 0) interrupt = late_interrupt;
     if (outcome.kind == Outcome::interrupted) {
-      print_end(o, history, round, outcome.summary);
+      print_end(o, history, assignment.restarts, outcome.summary);
       return 128 + outcome.signal;
     }
     RoundEnd end;
@@ -149,28 +164,30 @@ int run_job(RunOptions o) {
       const std::string summary = interrupt_summary(o, interrupt);
       coordinator.abort(summary);
       if (outcome.failure) history.push_back(*outcome.failure);
-      print_end(o, history, round, summary);
+      print_end(o, history, assignment.restarts, summary);
       return 128 + interrupt;
     }
     if (end.failure) history.push_back(*end.failure);
     if (!end.restart) {
-      print_end(o, history, round, end.summary);
+      print_end(o, history, assignment.restarts, end.summary);
       return 1;
     }
 
     // 4. The next round: every node agrees on its number before any worker starts.
-    std::cerr << (end.failure ? restart_notice(*end.failure, round + 1, o.max_restarts)
-                              : "cohort run: round " + std::to_string(round) + " failed; restarting the job\n")
+    //    An elastic job's coordinator words the notice itself (a membership change is no restart).
+    std::cerr << (!end.notice.empty() ? end.notice
+                  : end.failure       ? restart_notice(*end.failure, round + 1, o.max_restarts)
+                                      : "cohort run: round " + std::to_string(round) + " failed; restarting the job\n")
               << std::flush;
     try {
       assignment = coordinator.next_round(signals);
     } catch (const Interrupted& e) {
       const std::string summary = interrupt_summary(o, e.signal);
       coordinator.abort(summary);
-      print_end(o, history, round, summary);
+      print_end(o, history, assignment.restarts, summary);
       return 128 + e.signal;
     } catch (const JobStopped& e) {
-      print_end(o, history, round, e.what());
+      print_end(o, history, assignment.restarts, e.what());
       return 1;
     }
   }

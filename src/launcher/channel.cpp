@@ -16,7 +16,11 @@ Channel::~Channel() {
   if (fd_ >= 0) close(fd_);
 }
 
-bool Channel::send(const nlohmann::json& message) { return write_all(fd_, message.dump() + "\n"); }
+bool Channel::send(const nlohmann::json& message) {
+  const std::string line = message.dump() + "\n";
+  std::lock_guard<std::mutex> lock(send_mu_);
+  return write_all(fd_, line);
+}
 
 bool Channel::receive(std::vector<nlohmann::json>& out) {
   char buf[16384];

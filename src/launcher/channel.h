@@ -1,11 +1,13 @@
 // launcher/channel.h — one TCP connection between two agents, carrying JSON messages one per line.
 //
 // Messages (all objects with a "type"): join, start, reject (rendezvous.cpp); done, fail, stop,
-// finish (peer_coordinators.cpp). Later: heartbeat, restart rounds, membership changes.
+// finish (peer_coordinators.h); for elastic jobs also beat, wait, stopped, end
+// (elastic_coordinators.h).
 #pragma once
 
 #include <nlohmann/json.hpp>
 
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -19,7 +21,8 @@ class Channel {
   Channel& operator=(const Channel&) = delete;
 
   int fd() const { return fd_; }
-  /// False when the peer is gone.
+  /// False when the peer is gone. Thread-safe (elastic jobs send heartbeats from a thread of
+  /// their own, heartbeat.h); receive() is for one thread.
   bool send(const nlohmann::json& message);
   /// Reads what is available and appends the complete messages to `out`. Returns false once the
   /// peer closed the connection or sent something that is not a message (messages before the
@@ -29,6 +32,7 @@ class Channel {
  private:
   int fd_;
   std::string buffer_;
+  std::mutex send_mu_;  // whole messages: a heartbeat never lands inside another message
 };
 
 }  // namespace cohort::launcher

@@ -1,6 +1,8 @@
 // `cohort run`'s options. See cli.h; meanings and defaults are in options.h and docs/launcher.md.
 #include "cli.h"
 
+#include "elastic_options.h"
+
 namespace cohort::launcher {
 
 CLI::App* add_run_command(CLI::App& app, RunOptions& o) {
@@ -8,7 +10,13 @@ CLI::App* add_run_command(CLI::App& app, RunOptions& o) {
       "run", "Start PROGRAM as the workers of a distributed job and supervise them.\nUsage: cohort run [OPTIONS] [--] PROGRAM [ARGS...]");
   run->add_option("--nproc-per-node,--nproc_per_node", o.nproc_per_node,
                   "Workers on this node (default: one per GPU where CUDA is present, else one per CPU core)");
-  run->add_option("--nnodes", o.nnodes, "Number of nodes (machines) in the job")->capture_default_str();
+  run->add_option_function<std::string>(
+         "--nnodes",
+         [&o](const std::string& v) {
+           if (!parse_nnodes(v, o)) throw CLI::ValidationError("--nnodes", "'" + v + "' is not N or MIN:MAX");
+         },
+         "Number of nodes (machines) in the job: N, or MIN:MAX for an elastic job (with --rdzv-endpoint)")
+      ->default_str("1");
   run->add_option("--node-rank,--node_rank", o.node_rank, "This node's rank, 0..nnodes-1")->capture_default_str();
   run->add_option("--master-addr,--master_addr", o.master_addr,
                   "Address of node 0: the workers' store and the agents' rendezvous listen there")
@@ -28,7 +36,21 @@ CLI::App* add_run_command(CLI::App& app, RunOptions& o) {
       ->capture_default_str();
   run->add_option("--tail-lines", o.tail_lines, "Lines of a failed worker's output quoted in the summary")
       ->capture_default_str();
+  run->add_option("--hang-timeout,--hang_timeout", o.hang_timeout_s,
+                  "Seconds after which a worker that sends no heartbeat, or whose training makes no progress, "
+                  "counts as failed (0: off)")
+      ->capture_default_str();
   run->add_flag("-v,--verbose", o.verbose, "Say where the workers started");
+  // Elastic membership (docs/launcher.md, "Elastic membership").
+  run->add_option("--rdzv-endpoint,--rdzv_endpoint", o.rdzv_endpoint,
+                  "HOST:PORT where the agents of an elastic job meet; the agent that can listen there hosts");
+  run->add_option("--rdzv-id,--rdzv_id", o.rdzv_id, "Name of the elastic job; agents of another job are refused");
+  run->add_option("--rdzv-role", o.rdzv_role, "auto, host or member: who hosts the rendezvous (auto: whoever can listen at the endpoint)")
+      ->capture_default_str();
+  run->add_option("--rdzv-settle", o.rdzv_settle_s, "Seconds to wait for more nodes once MIN joined (up to MAX)")
+      ->capture_default_str();
+  run->add_option("--node-timeout", o.node_timeout_s, "Seconds of silence after which an elastic job's agent counts as lost")
+      ->capture_default_str();
   return run;
 }
 

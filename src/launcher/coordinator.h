@@ -4,8 +4,9 @@
 // The supervision loop (supervisor.h) and the agent's round loop (agent.cpp) talk only to this
 // interface, so that one machine and many share one loop: SoloCoordinator has no peers; node 0's
 // and the other nodes' coordinators (peer_coordinators.h) exchange messages over the rendezvous
-// connections. Node 0 (or the lone agent) makes every restart decision, so all nodes agree on the
-// round number. Worker heartbeats (hang detection) will be reported through here too.
+// connections; an elastic job's host and members (elastic_coordinators.h) also change the world
+// between rounds. Node 0 (or the lone agent, or the elastic host) makes every decision, so all
+// nodes agree on the round number.
 #pragma once
 
 #include <poll.h>
@@ -47,7 +48,8 @@ class Coordinator {
   /// in parallel. Node 0 (or the lone agent) decides here whether the job restarts.
   virtual void round_over(const Outcome& outcome) = 0;
   /// The decision about the round that ended: node 0's, which another node may have to wait for.
-  /// Throws Interrupted.
+  /// (An elastic job decides only after every node stopped its workers, so its decision() holds
+  /// the barrier, and next_round() returns the Assignment formed then.) Throws Interrupted.
   virtual RoundEnd decision(SignalPipe& signals) = 0;
   /// After a decision to restart, once this node's workers are all stopped: waits until every
   /// node's are (no worker of the next round starts while one of the last still runs anywhere) and
@@ -69,11 +71,12 @@ class SoloCoordinator : public Coordinator {
   void local_done() override { done_ = true; }
   bool job_done() override { return done_; }
   void round_over(const Outcome& outcome) override {
-    end_ = decide_round_end(outcome, assignment_.round, max_restarts_);
+    end_ = decide_round_end(outcome, assignment_.restarts, max_restarts_);
   }
   RoundEnd decision(SignalPipe&) override { return end_; }
   Assignment next_round(SignalPipe&) override {
     ++assignment_.round;
+    ++assignment_.restarts;  // one node: every next round follows a worker failure
     done_ = false;
     return assignment_;
   }

@@ -26,11 +26,17 @@ std::string describe_exit(int s) {
   return "ended with wait status " + std::to_string(s);
 }
 
+std::string describe_end(const WorkerFailure& f) { return f.hang.empty() ? describe_exit(f.wait_status) : f.hang; }
+
 std::string failure_summary(const WorkerFailure& f) {
   std::string r = std::to_string(f.rank);
   std::string out = "cohort run: job failed: rank " + r + " (node " + std::to_string(f.node_rank) +
                     ", local rank " + std::to_string(f.local_rank) + ", pid " + std::to_string(f.pid) +
-                    ") " + describe_exit(f.wait_status) + "\n";
+                    ") " + describe_end(f) + "\n";
+  if (!f.flight_records.empty()) {
+    out += "  flight records of node " + std::to_string(f.node_rank) + "'s ranks (their last collectives): " +
+           f.flight_records + "\n";
+  }
   if (f.last_lines.empty()) {
     out += "  rank " + r + " printed nothing (output still in its stdio buffer is lost when a process dies)\n";
   } else {

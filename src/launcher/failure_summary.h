@@ -21,10 +21,16 @@ struct WorkerFailure {
   pid_t pid = 0;
   int wait_status = 0;
   std::deque<std::string> last_lines;
+  std::string hang;            // a hang (hang_detector.h) instead of an exit: "made no progress for 3.2 s ..."
+  std::string flight_records;  // a hang: where the ranks' flight records go ("DIR/flight-round0-rank<R>.json")
 };
+
+/// How the worker ended: its hang, else describe_exit() of its status.
+std::string describe_end(const WorkerFailure& failure);
 
 /// The multi-line failure summary:
 ///   cohort run: job failed: rank 1 (node 0, local rank 1, pid 4242) exited with code 3
+///     flight records of node 0's ranks: DIR/flight-round0-rank<R>.json       (a hang only)
 ///     last 2 lines of rank 1's output:
 ///       [1] loading data
 ///       [1] error: no such file

@@ -54,7 +54,7 @@ class HostCoordinator : public Coordinator {
   }
 
   void round_over(const Outcome& outcome) override {
-    end_ = decide_round_end(outcome, own_.round, max_restarts_);
+    end_ = decide_round_end(outcome, own_.restarts, max_restarts_);
     nlohmann::json stop{{"type", "stop"}, {"round", own_.round}, {"restart", end_.restart}, {"summary", end_.summary}};
     if (end_.failure) stop["failure"] = failure_to_json(*end_.failure);
     broadcast(stop);
@@ -98,6 +98,7 @@ class HostCoordinator : public Coordinator {
     // Every node's workers are gone. Static membership: same world, same ranks, next round.
     // (Elastic membership will form the new world here, from the nodes that are still present.)
     ++own_.round;
+    ++own_.restarts;  // static membership: every next round follows a worker failure
     done_ = false;
     for (auto& m : members_) {
       m.done = false;

@@ -35,7 +35,7 @@ class MemberCoordinator : public Coordinator {
                         decided_->failure};
     }
     if (!open && !finished_ && !event) {
-      decided_ = RoundEnd{false, lost_text(), std::nullopt};
+      decided_ = RoundEnd{false, lost_text(), std::nullopt, ""};
       event = PeerEvent{PeerEvent::lost, lost_text(), std::nullopt};
     }
     return event;
@@ -52,10 +52,10 @@ class MemberCoordinator : public Coordinator {
       if (outcome.failure) fail["failure"] = failure_to_json(*outcome.failure);
       send(fail);  // node 0 decides whether the job restarts; decision() waits for it
     } else if (outcome.kind == Outcome::peer_lost) {
-      decided_ = RoundEnd{false, outcome.summary, std::nullopt};
+      decided_ = RoundEnd{false, outcome.summary, std::nullopt, ""};
     } else {
       abort(outcome.summary);  // interrupted: this node stops the job for good, without waiting
-      decided_ = RoundEnd{false, outcome.summary, std::nullopt};
+      decided_ = RoundEnd{false, outcome.summary, std::nullopt, ""};
     }
   }
 
@@ -63,12 +63,12 @@ class MemberCoordinator : public Coordinator {
     const auto deadline = deadline_in(wait_s_);
     while (!decided_) {
       if (!host_) {
-        decided_ = RoundEnd{false, lost_text(), std::nullopt};
+        decided_ = RoundEnd{false, lost_text(), std::nullopt, ""};
         break;
       }
       if (ms_left(deadline) == 0) {
         const std::string what = "answer the failure of round " + std::to_string(own_.round);
-        decided_ = RoundEnd{false, silent_text(what), std::nullopt};
+        decided_ = RoundEnd{false, silent_text(what), std::nullopt, ""};
         break;
       }
       std::vector<pollfd> fds = wait_for_channels({host_.get()}, signals, std::min(ms_left(deadline), 200));
@@ -94,7 +94,10 @@ class MemberCoordinator : public Coordinator {
       std::optional<std::string> stopped;
       receive([&](const nlohmann::json& msg, const std::string& type) {
         if (type == "start" && round_of(msg) == own_.round + 1) {
-          next = Assignment{own_.round + 1, msg.value("world_size", 0), msg.value("rank_base", 0)};
+          next = own_;  // the same node and store; node 0 says the world
+          next->round = next->restarts = own_.round + 1;
+          next->world_size = msg.value("world_size", 0);
+          next->rank_base = msg.value("rank_base", 0);
         }
         if (type == "stop" && !stopped) stopped = msg.value("summary", "");  // node 0 gave up meanwhile
       });
@@ -131,7 +134,7 @@ class MemberCoordinator : public Coordinator {
   // Node 0's "stop" for this round. A second one that says "no restart" (node 0 was interrupted
   // or lost a node right after deciding to restart) overrides the first.
   void take_stop(const nlohmann::json& stop) {
-    RoundEnd end{stop.value("restart", false), stop.value("summary", ""), failure_from(stop)};
+    RoundEnd end{stop.value("restart", false), stop.value("summary", ""), failure_from(stop), ""};
     if (decided_ && (!decided_->restart || end.restart)) return;
     if (decided_ && !end.failure) end.failure = decided_->failure;
     decided_ = end;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cohort/error.h"
+#include "elastic_options.h"
 #include "host_info.h"
 #include "program_path.h"
 #include "socket_util.h"
@@ -19,6 +20,7 @@ void require(bool ok, const std::string& message) {
 }  // namespace
 
 void finalize_options(RunOptions& o) {
+  finalize_elastic_options(o);  // first: an elastic job's --nnodes MIN:MAX becomes MAX for the checks below
   require(o.nnodes >= 1, "--nnodes " + std::to_string(o.nnodes) + " must be at least 1");
   require(o.node_rank >= 0 && o.node_rank < o.nnodes,
           "--node-rank " + std::to_string(o.node_rank) + " is out of range for --nnodes " +
@@ -30,6 +32,7 @@ void finalize_options(RunOptions& o) {
   require(o.rdzv_timeout_s > 0, "--rdzv-timeout must be a positive number of seconds");
   require(o.stop_grace_s >= 0, "--stop-timeout must not be negative");
   require(o.max_restarts >= 0, "--max-restarts " + std::to_string(o.max_restarts) + " must be 0 or more");
+  require(o.hang_timeout_s >= 0, "--hang-timeout must not be negative (0 turns hang detection off)");
   require(!o.master_addr.empty(), "--master-addr must not be empty");
   require(o.master_port == -1 || (o.master_port >= 1 && o.master_port <= 65535),
           "--master-port " + std::to_string(o.master_port) + " is not a TCP port (1..65535)");
@@ -45,7 +48,7 @@ void finalize_options(RunOptions& o) {
     o.nproc_per_node = gpus > 0 ? gpus : usable_cpu_count();
   }
   if (o.threads_per_proc == -1) o.threads_per_proc = std::max(1, usable_cpu_count() / o.nproc_per_node);
-  if (o.master_port == -1) {
+  if (o.master_port == -1 && !is_elastic(o)) {  // elastic: the rendezvous host picks the store's port
     // On one machine any free port will do; several machines must agree, so use torchrun's default.
     o.master_port = o.nnodes == 1 ? pick_free_port(o.master_addr) : 29500;
   }

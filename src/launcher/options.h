@@ -22,8 +22,17 @@ struct RunOptions {
   double stop_grace_s = 5;       // SIGTERM → SIGKILL delay when stopping workers
   int max_restarts = 0;          // rounds started again after a worker failure (0: fail fast)
   int tail_lines = 20;           // lines of a failed worker's output quoted in the summary
+  double hang_timeout_s = 0;     // a worker silent or without progress this long is hung (0: off)
   bool verbose = false;          // say on stderr where workers started (errors and summaries always print)
   std::vector<std::string> command;  // PROGRAM ARGS...; command[0] resolved to a path by finalize
+  // Elastic membership (elastic_options.h): an --rdzv-endpoint makes the job elastic.
+  int min_nodes = 0;              // --nnodes MIN:MAX; 0 with --nnodes N (elastic: N:N)
+  int max_nodes = 0;
+  std::string rdzv_endpoint;      // HOST:PORT where the agents meet; empty: static (--master-addr)
+  std::string rdzv_id;            // the job's name: agents started for another job are refused
+  std::string rdzv_role = "auto"; // auto: host when this machine can listen at the endpoint
+  double rdzv_settle_s = 5;       // once MIN nodes joined, wait this long for more (up to MAX)
+  double node_timeout_s = 5;      // an agent silent this long is lost (heartbeats every fifth of it)
 };
 
 /// The port the agents coordinate on (node 0 listens there): the store's port + 1.

@@ -19,7 +19,8 @@
 // Node 0 decides about every round (the first failure it hears of ends the round) and sends that
 // failure along, so every node agrees on the round number and prints the same history. A
 // connection that closes before "finish" means that agent is gone: the job fails, no restart.
-// Elastic membership will let node 0 compute a new world at "start"; heartbeats will be messages too.
+// This is a static job's protocol; an elastic job's (heartbeats, a new world at "start") is in
+// elastic_coordinators.h.
 #pragma once
 
 #include <memory>

@@ -12,6 +12,8 @@
 
 #include "channel.h"
 #include "cohort/error.h"
+#include "elastic_coordinators.h"
+#include "elastic_options.h"
 #include "peer_coordinators.h"
 #include "peer_protocol.h"
 #include "signal_pipe.h"
@@ -19,6 +21,18 @@
 
 namespace cohort::launcher {
 namespace {
+
+// Round 0 of a static job: the nodes, the store and the ranks are the options'.
+Assignment first_assignment(const RunOptions& o, int world_size, int rank_base) {
+  Assignment a;
+  a.world_size = world_size;
+  a.rank_base = rank_base;
+  a.node_rank = o.node_rank;
+  a.nnodes = o.nnodes;
+  a.master_addr = o.master_addr;
+  a.master_port = o.master_port;
+  return a;
+}
 
 std::string seconds_text(double s) {
   std::ostringstream os;
@@ -90,7 +104,7 @@ RendezvousResult host(const RunOptions& o, SignalPipe& signals) {
     members.push_back({node, base, std::move(link.first)});
     base += link.second;
   }
-  result.assignment = {0, base, 0};
+  result.assignment = first_assignment(o, base, 0);
   for (auto& m : members) {
     m.channel->send({{"type", "start"}, {"round", 0}, {"world_size", base}, {"rank_base", m.rank_base}});
   }
@@ -135,7 +149,7 @@ RendezvousResult join(const RunOptions& o, SignalPipe& signals) {
       if (type == "reject") throw ConfigError(-1, "node 0 refused " + me + ": " + m.value("reason", ""));
       if (type == "start") {
         RendezvousResult result;
-        result.assignment = {0, m.value("world_size", 0), m.value("rank_base", 0)};
+        result.assignment = first_assignment(o, m.value("world_size", 0), m.value("rank_base", 0));
         result.coordinator = make_member_coordinator(std::move(channel), where, result.assignment, o);
         return result;
       }
@@ -149,9 +163,10 @@ RendezvousResult join(const RunOptions& o, SignalPipe& signals) {
 }  // namespace
 
 RendezvousResult rendezvous(const RunOptions& o, SignalPipe& signals) {
+  if (is_elastic(o)) return elastic_rendezvous(o, signals);
   if (o.nnodes == 1) {
     RendezvousResult result;
-    result.assignment = {0, o.nproc_per_node, 0};
+    result.assignment = first_assignment(o, o.nproc_per_node, 0);
     result.coordinator = std::make_unique<SoloCoordinator>(result.assignment, o.max_restarts);
     return result;
   }

@@ -6,8 +6,8 @@
 // Each node may run a different number of workers; ranks are numbered node by node.
 // The connections stay open afterwards as the coordination links (peer_coordinators.h).
 // This is round 0's rendezvous; later rounds (restarts) meet through the coordinators, which keep
-// the world as it is (coordinator.h). Elastic membership will keep node 0's listener open and form
-// a new world for a later round here.
+// the world as it is (coordinator.h). An elastic job (--rdzv-endpoint) meets differently: see
+// elastic_coordinators.h, whose host keeps listening and forms a new world for later rounds.
 #pragma once
 
 #include <memory>
@@ -24,7 +24,8 @@ struct RendezvousResult {
 };
 
 /// Throws cohort::TimeoutError (a node missing), cohort::ConfigError (nodes disagree, address not
-/// ours) or Interrupted (SIGINT / SIGTERM / SIGHUP while waiting).
+/// ours), Interrupted (SIGINT / SIGTERM / SIGHUP while waiting), or for an elastic spare node
+/// JobFinished (the job ended before it got a place).
 RendezvousResult rendezvous(const RunOptions& options, SignalPipe& signals);
 
 }  // namespace cohort::launcher

@@ -20,10 +20,10 @@ RoundFailure round_failure(const WorkerFailure& f, int round) {
   return r;
 }
 
-RoundEnd decide_round_end(const Outcome& outcome, int round, int max_restarts) {
+RoundEnd decide_round_end(const Outcome& outcome, int restarts, int max_restarts) {
   RoundEnd end;
   const bool worker_failure = outcome.kind == Outcome::worker_failed || outcome.kind == Outcome::peer_failed;
-  end.restart = worker_failure && round < max_restarts;
+  end.restart = worker_failure && restarts < max_restarts;
   end.summary = outcome.summary;
   end.failure = outcome.failure;
   return end;

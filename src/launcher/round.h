@@ -17,12 +17,18 @@
 
 namespace cohort::launcher {
 
-/// This node's place in one round. Static membership: only `round` changes between rounds today.
-/// (Elastic membership will hand out a new world size and rank base here.)
+/// This node's place in one round. With static membership only `round` and `restarts` change
+/// between rounds; an elastic job (elastic_coordinators.h) may change everything but the store.
 struct Assignment {
-  int round = 0;
+  int round = 0;        // COHORT_RESTART_COUNT: 0, then +1 whenever the workers start again
+  int restarts = 0;     // restarts after a worker failure so far (what --max-restarts limits);
+                        // membership changes are rounds but not restarts
   int world_size = 0;
-  int rank_base = 0;  // global rank of this node's local rank 0
+  int rank_base = 0;    // global rank of this node's local rank 0
+  int node_rank = 0;    // this node's place in the round's node order
+  int nnodes = 1;       // nodes in the round
+  std::string master_addr;  // the workers' store (global rank 0 hosts it)
+  int master_port = 0;
 };
 
 /// The worker failure that ended a round, as the agent that saw it recorded it; travels between
@@ -58,19 +64,27 @@ struct Outcome {
 
 /// The job's decision about a round that did not succeed.
 struct RoundEnd {
-  bool restart = false;
+  bool restart = false;                 // a next round follows (after a failure or a membership change)
   std::string summary;                  // printed when the job ends here
   std::optional<RoundFailure> failure;  // the worker failure that ended the round, if one did
+  std::string notice;                   // printed when the job goes on (empty: the agent's restart notice)
 };
 
-/// The restart rule: a worker failure restarts the job while restarts are left (round <
+/// The restart rule: a worker failure restarts the job while restarts are left (restarts <
 /// max_restarts); an interrupt, a lost node or a node that stopped the job never restart it.
-/// (Hang detection will add "a worker stopped making progress" as a worker failure.)
-RoundEnd decide_round_end(const Outcome& outcome, int round, int max_restarts);
+/// (Hang detection will add "a worker stopped making progress" as a worker failure.) Elastic jobs
+/// add their membership rule on top (elastic_coordinators.h).
+RoundEnd decide_round_end(const Outcome& outcome, int restarts, int max_restarts);
 
 /// The job ends between rounds without a restart (a node lost or stopped it, the next round's
 /// rendezvous timed out); what() is the summary to print, ending in a newline.
 struct JobStopped : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// An elastic job ended successfully before this node got a place in it (it waited as a spare);
+/// what() says so. `cohort run` exits 0.
+struct JobFinished : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 

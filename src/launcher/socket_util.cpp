@@ -69,6 +69,23 @@ int bind_tcp(const std::string& host, int port) {
   return fd;
 }
 
+int try_listen_tcp(const std::string& host, int port, int* error) {
+  sockaddr_in addr = make_addr(host, port);
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    *error = errno;
+    return -1;
+  }
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(fd, 64) != 0) {
+    *error = errno;
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 int connect_tcp(const std::string& host, int port, int timeout_ms, int* error) {
   sockaddr_in addr = make_addr(host, port);
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);

@@ -26,6 +26,10 @@ std::string resolve_ipv4(const std::string& host);
 /// address when it is not one of this machine's or the port is taken.
 int bind_tcp(const std::string& host, int port);
 
+/// Like bind_tcp, but reports failure as -1 with *error set to the errno (EADDRNOTAVAIL: not an
+/// address of this machine; EADDRINUSE: the port is taken) instead of throwing.
+int try_listen_tcp(const std::string& host, int port, int* error);
+
 /// Connects to host:port, waiting at most timeout_ms. Returns a non-blocking socket, or -1 with
 /// *error set to the errno (ECONNREFUSED, ETIMEDOUT, ...). Throws ConfigError for a bad address.
 int connect_tcp(const std::string& host, int port, int timeout_ms, int* error);

@@ -5,7 +5,10 @@
 #include <signal.h>
 
 #include "coordinator.h"
+#include "flight_dumps.h"
+#include "hang_detector.h"
 #include "signal_pipe.h"
+#include "watch.h"
 #include "worker_group.h"
 
 namespace cohort::launcher {
@@ -22,14 +25,29 @@ Outcome::Kind outcome_of(PeerEvent::Kind kind) {
   return Outcome::peer_lost;
 }
 
+// The heartbeats that arrived, fed to the hang rule; messages of workers that ended, or of an
+// earlier round's workers, are dropped.
+void take_heartbeats(WorkerLink& link, WorkerGroup& workers, HangDetector& hangs) {
+  const auto now = HangDetector::clock::now();
+  for (const WorkerMessage& m : link.receive()) {
+    if (m.type == "heartbeat" && workers.running(static_cast<pid_t>(m.pid))) {
+      hangs.heard(static_cast<pid_t>(m.pid), m.heartbeat, now);
+    }
+  }
+}
+
 }  // namespace
 
-Outcome supervise(WorkerGroup& workers, Coordinator& coordinator, SignalPipe& signals, int round) {
+Outcome supervise(WorkerGroup& workers, Coordinator& coordinator, SignalPipe& signals, int round,
+                  const Watch* watch) {
+  WorkerLink* link = watch ? watch->link.get() : nullptr;
+  HangDetector hangs(watch ? watch->hang_timeout_s : 0);
   bool reported_done = false;
   for (;;) {
     std::vector<pollfd> fds{{signals.fd(), POLLIN, 0}};
     workers.add_pollfds(fds);
     coordinator.add_pollfds(fds);
+    if (link) fds.push_back({link->fd(), POLLIN, 0});  // heartbeats are timed when they arrive
     poll(fds.data(), fds.size(), kTickMs);
 
     for (int sig : signals.drain()) {
@@ -39,6 +57,7 @@ Outcome supervise(WorkerGroup& workers, Coordinator& coordinator, SignalPipe& si
     workers.pump(fds);
     for (size_t i : workers.reap()) {
       const Worker& w = workers.workers()[i];
+      hangs.forget(w.pid);  // a worker that finished is not silent
       if (!exited_ok(w.wait_status)) {
         RoundFailure failure = round_failure(workers.failure_of(w), round);
         return {Outcome::worker_failed, failure.summary, 0, failure};
@@ -50,7 +69,20 @@ Outcome supervise(WorkerGroup& workers, Coordinator& coordinator, SignalPipe& si
       coordinator.local_done();
     }
     if (reported_done && coordinator.job_done()) return {Outcome::succeeded, "", 0, std::nullopt};
-    // Hang detection goes here: compare each worker's last heartbeat and step with --hang-timeout.
+
+    // Hangs: a worker that stopped sending heartbeats, or stopped making progress, fails the round.
+    if (!link) continue;
+    take_heartbeats(*link, workers, hangs);
+    if (auto hang = hangs.check(HangDetector::clock::now())) {
+      Worker* w = workers.running(hang->pid);
+      if (w == nullptr) continue;  // cannot happen: hangs only knows running workers
+      WorkerFailure f = workers.failure_of(*w);
+      f.hang = hang->how;
+      f.flight_records = flight_record_pattern(watch->dump_dir, round);
+      RoundFailure failure = round_failure(f, round);
+      failure.how = describe_end(f);
+      return {Outcome::worker_failed, failure.summary, 0, failure};
+    }
   }
 }
 

@@ -3,8 +3,9 @@
 // One poll() over the signal pipe, the workers' output pipes and the coordination links; it relays
 // output, reaps workers and turns what happens into one Outcome (round.h). It decides nothing about
 // what to do next: the agent (agent.cpp) stops the workers and asks the coordinator whether the job
-// restarts. Periodic work fits the tick: worker heartbeats and hang detection (a worker whose step
-// stops advancing for --hang-timeout becomes a worker_failed Outcome) will go there.
+// restarts. The workers' heartbeats arrive on the worker link (watch.h) in the same poll; a worker
+// the hang rule (hang_detector.h, --hang-timeout) finds hung becomes a worker_failed Outcome like a
+// crash, its `how` saying so, its summary naming where the flight records go (flight_dumps.h).
 #pragma once
 
 #include "round.h"
@@ -14,8 +15,10 @@ namespace cohort::launcher {
 class WorkerGroup;
 class Coordinator;
 class SignalPipe;
+struct Watch;
 
-/// Supervises round `round` (stamped on a worker failure) until it ends.
-Outcome supervise(WorkerGroup& workers, Coordinator& coordinator, SignalPipe& signals, int round);
+/// Supervises round `round` (stamped on a worker failure) until it ends. `watch` null: exits only.
+Outcome supervise(WorkerGroup& workers, Coordinator& coordinator, SignalPipe& signals, int round,
+                  const Watch* watch = nullptr);
 
 }  // namespace cohort::launcher

@@ -44,7 +44,7 @@ WorkerGroup::~WorkerGroup() {
 }
 
 void WorkerGroup::start(const std::vector<WorkerPlace>& places, const std::vector<std::string>& command,
-                        const std::string& log_dir, size_t tail_lines) {
+                        const std::string& log_dir, size_t tail_lines, const std::vector<std::string>& extra_env) {
   if (!log_dir.empty()) make_dirs(log_dir);
   const std::vector<std::string> base = current_environment();
   workers_.reserve(places.size());
@@ -53,7 +53,9 @@ void WorkerGroup::start(const std::vector<WorkerPlace>& places, const std::vecto
     w.place = place;
     std::string log_path = log_dir.empty() ? "" : log_dir + "/rank" + std::to_string(place.job.rank) + ".log";
     w.relay = std::make_unique<OutputRelay>(place.job.rank, log_path, tail_lines);
-    SpawnedProcess p = spawn_worker(command, merge_environment(base, worker_variables(place)));
+    std::vector<std::string> vars = worker_variables(place);
+    vars.insert(vars.end(), extra_env.begin(), extra_env.end());
+    SpawnedProcess p = spawn_worker(command, merge_environment(base, vars));
     w.pid = p.pid;
     w.fds[0] = p.stdout_fd;
     w.fds[1] = p.stderr_fd;
@@ -118,6 +120,20 @@ bool WorkerGroup::all_exited() const {
   return true;
 }
 
+bool WorkerGroup::all_exited(const std::vector<size_t>& which) const {
+  for (size_t i : which) {
+    if (!workers_[i].exited) return false;
+  }
+  return true;
+}
+
+Worker* WorkerGroup::running(pid_t pid) {
+  for (auto& w : workers_) {
+    if (w.pid == pid && !w.exited) return &w;
+  }
+  return nullptr;
+}
+
 bool WorkerGroup::all_succeeded() const {
   for (const auto& w : workers_) {
     if (!w.exited || !exited_ok(w.wait_status)) return false;
@@ -126,24 +142,42 @@ bool WorkerGroup::all_succeeded() const {
 }
 
 WorkerFailure WorkerGroup::failure_of(const Worker& w) const {
-  return {w.place.job.rank, w.place.job.local_rank, w.place.job.node_rank, w.pid, w.wait_status, w.relay->tail()};
+  WorkerFailure f;
+  f.rank = w.place.job.rank;
+  f.local_rank = w.place.job.local_rank;
+  f.node_rank = w.place.job.node_rank;
+  f.pid = w.pid;
+  f.wait_status = w.wait_status;
+  f.last_lines = w.relay->tail();
+  return f;
 }
 
-void WorkerGroup::kill_groups(int sig) {
-  for (const auto& w : workers_) {
+void WorkerGroup::kill_groups(const std::vector<size_t>& which, int sig) {
+  for (size_t i : which) {
+    const Worker& w = workers_[i];
     // The group outlives its leader while the worker's own children live; the leader's pid is
     // not reused before it is reaped, so signalling -pid reaches only this worker's processes.
-    if (!w.exited) kill(-w.pid, sig);
+    if (w.exited) continue;
+    kill(-w.pid, sig);
+    // A stopped process (SIGSTOP, a hang test) keeps SIGTERM pending until it is continued: let
+    // it act on the signal now rather than wait out the grace period.
+    if (sig == SIGTERM) kill(-w.pid, SIGCONT);
   }
 }
 
 int WorkerGroup::stop(double grace_s, SignalPipe& signals) {
+  std::vector<size_t> all(workers_.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  return stop(all, grace_s, signals);
+}
+
+int WorkerGroup::stop(const std::vector<size_t>& which, double grace_s, SignalPipe& signals) {
   using clock = std::chrono::steady_clock;
   int interrupt = 0;
-  kill_groups(SIGTERM);
+  kill_groups(which, SIGTERM);
   const auto deadline = clock::now() + std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000));
   reap();
-  while (!all_exited() && clock::now() < deadline) {
+  while (!all_exited(which) && clock::now() < deadline) {
     std::vector<pollfd> fds{{signals.fd(), POLLIN, 0}};
     add_pollfds(fds);
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count();
@@ -158,15 +192,16 @@ int WorkerGroup::stop(double grace_s, SignalPipe& signals) {
     reap();
     if (hurry) break;  // a (second) Ctrl-C: no more grace
   }
-  kill_groups(SIGKILL);
-  for (auto& w : workers_) {
+  kill_groups(which, SIGKILL);
+  for (size_t i : which) {
+    Worker& w = workers_[i];
     if (w.exited) continue;
     waitpid(w.pid, &w.wait_status, 0);
     w.exited = true;
     drain(w);
   }
   // Children the workers left behind in their groups (the leaders are reaped, the groups may not be).
-  for (const auto& w : workers_) kill(-w.pid, SIGKILL);
+  for (size_t i : which) kill(-workers_[i].pid, SIGKILL);
   return interrupt;
 }
 

@@ -36,9 +36,10 @@ class WorkerGroup {
   WorkerGroup(const WorkerGroup&) = delete;
   WorkerGroup& operator=(const WorkerGroup&) = delete;
 
-  /// Spawns one worker per place. log_dir empty: no log files. Throws cohort::ConfigError.
+  /// Spawns one worker per place. log_dir empty: no log files. `extra_env` (NAME=VALUE) goes to
+  /// every worker after its place's variables (the worker link's). Throws cohort::ConfigError.
   void start(const std::vector<WorkerPlace>& places, const std::vector<std::string>& command,
-             const std::string& log_dir, size_t tail_lines);
+             const std::string& log_dir, size_t tail_lines, const std::vector<std::string>& extra_env = {});
 
   /// Adds the open output pipes to `fds` (events POLLIN).
   void add_pollfds(std::vector<pollfd>& fds) const;
@@ -53,6 +54,8 @@ class WorkerGroup {
   bool all_exited() const;
   bool all_succeeded() const;
   std::vector<Worker>& workers() { return workers_; }
+  /// The worker with this pid that has not exited yet, or nullptr.
+  Worker* running(pid_t pid);
 
   WorkerFailure failure_of(const Worker& w) const;
 
@@ -62,9 +65,12 @@ class WorkerGroup {
   /// Returns the first SIGINT/SIGTERM/SIGHUP seen meanwhile (0: none), so that an interrupt that
   /// arrives while a failed round is being stopped still prevents the restart.
   int stop(double grace_s, SignalPipe& signals);
+  /// The same for the workers with these indices only (the others keep running).
+  int stop(const std::vector<size_t>& which, double grace_s, SignalPipe& signals);
 
  private:
-  void kill_groups(int sig);
+  void kill_groups(const std::vector<size_t>& which, int sig);
+  bool all_exited(const std::vector<size_t>& which) const;
   std::vector<Worker> workers_;
 };
 

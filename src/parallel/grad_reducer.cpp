@@ -4,33 +4,12 @@
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function_hook.h>
 
+#include "autograd_hooks.h"
 #include "cohort/error.h"
+#include "runtime/flight_op.h"
+#include "runtime/progress.h"
 
 namespace cohort::detail {
-namespace {
-
-// Runs after AccumulateGrad of one parameter: param.grad() holds this backward's gradient.
-class GradReadyHook : public torch::autograd::FunctionPostHook {
- public:
-  explicit GradReadyHook(std::function<void()> fn) : fn_(std::move(fn)) {}
-  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                            const torch::autograd::variable_list& /*inputs*/) override {
-    fn_();
-    return outputs;
-  }
-
- private:
-  std::function<void()> fn_;
-};
-
-// Resets per-iteration state however finish_iteration leaves, so that a failed collective
-// surfaces as an exception from backward() instead of wedging the next iteration.
-struct OnExit {
-  std::function<void()> fn;
-  ~OnExit() { fn(); }
-};
-
-}  // namespace
 
 std::shared_ptr<GradReducer> GradReducer::create(std::vector<Param> params, c10::intrusive_ptr<Backend> group,
                                                  ShmAllreduce* shm, int rank, int world_size,
@@ -179,6 +158,7 @@ void GradReducer::begin_iteration() {
     b.pending = b.params.size();
     b.work.reset();
     b.shm_work.reset();
+    b.flight_seq = 0;
   }
   // Runs once the whole backward pass is done, on the thread that finishes it.
   std::weak_ptr<GradReducer> weak = shared_from_this();
@@ -226,16 +206,18 @@ static torch::Tensor alias_of(const torch::Tensor& flat, int64_t offset, const t
 void GradReducer::launch_ready_buckets(bool from_hook) {
   // Strictly in bucket order, so every rank issues the same collectives in the same order.
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
+    const auto k = static_cast<int32_t>(next_bucket_);
     Bucket& b = buckets_[next_bucket_++];
     const auto n = static_cast<int64_t>(b.used.size());
     b.flat.narrow(0, b.numel, n).copy_(torch::from_blob(b.used.data(), {n}, torch::kFloat));
     (from_hook ? stats_.buckets_launched_in_backward : stats_.buckets_launched_at_end)++;
     if (world_ == 1) continue;  // alone: the bucket already holds the average and the used flags
     if (shm_ && ShmAllreduce::supports(b.flat)) {
-      b.shm_work = shm_->allreduce_async(b.flat, 1.0 / world_);  // averages within its sum pass
+      b.shm_work = shm_->allreduce_async(b.flat, 1.0 / world_, "ddp bucket", k);  // averages within its sum pass
     } else {
       b.flat.div_(world_);  // average before summing, as PyTorch does (keeps fp16 in range)
       std::vector<torch::Tensor> tensors{b.flat};
+      b.flight_seq = flight_record(flight_op("allreduce", "ddp bucket", k, b.flat));
       b.work = group_->allreduce(tensors);
     }
     stats_.bytes_allreduced += b.flat.numel() * static_cast<int64_t>(b.flat.element_size());
@@ -247,7 +229,14 @@ void GradReducer::wait(Bucket& bucket) {
   if (bucket.shm_work) {
     bucket.shm_work->wait();  // throws CommError naming the timeout itself
   } else {
-    wait(bucket.work, "gradient allreduce");
+    flight_update(bucket.flight_seq, FlightState::started);  // Gloo's progress is not visible: we wait from here
+    try {
+      wait(bucket.work, "gradient allreduce");
+    } catch (...) {
+      flight_update(bucket.flight_seq, FlightState::failed);
+      throw;
+    }
+    flight_update(bucket.flight_seq, FlightState::completed);
   }
 }
 
@@ -295,6 +284,7 @@ void GradReducer::finish_iteration() {
     }
   }
   stats_.sync_iterations++;
+  note_ddp_iteration();  // the agent's progress counter (heartbeats, --hang-timeout)
 }
 
 void GradReducer::finish_reference() {
@@ -309,8 +299,10 @@ void GradReducer::finish_reference() {
   std::vector<torch::Tensor> flags{
       torch::from_blob(local_used.data(), {static_cast<int64_t>(local_used.size())}, torch::kFloat)
           .to(params_.front().tensor.device(), /*non_blocking=*/false, /*copy=*/true)};
+  FlightScope flags_entry(flight_op("allreduce", "ddp used flags", -1, flags[0]));
   auto work = group_->allreduce(flags);
   wait(work, "allreduce of used-parameter flags");
+  flags_entry.done();
   const auto used = flags[0].cpu();
   const float* used_by = used.data_ptr<float>();
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -320,12 +312,15 @@ void GradReducer::finish_reference() {
     torch::Tensor grad = local ? param.grad() : torch::zeros_like(param);
     grad.div_(world_);
     std::vector<torch::Tensor> tensors{grad};
+    FlightScope entry(flight_op("allreduce", "ddp reference gradient", static_cast<int32_t>(i), grad));
     auto w = group_->allreduce(tensors);
     wait(w, "gradient allreduce");
+    entry.done();
     if (!local) param.mutable_grad() = grad;
     stats_.bytes_allreduced += grad.numel() * static_cast<int64_t>(grad.element_size());
   }
   stats_.sync_iterations++;
+  note_ddp_iteration();
 }
 
 }  // namespace cohort::detail

@@ -53,6 +53,7 @@ class GradReducer : public std::enable_shared_from_this<GradReducer> {
     size_t pending = 0;           // gradients not yet copied in this iteration
     WorkHandle work;                       // in flight on the process group, or
     std::shared_ptr<ShmPending> shm_work;  // in flight on the shared-memory allreduce
+    uint64_t flight_seq = 0;               // work's flight-recorder entry (the shm engine keeps its own)
   };
   struct Slot {
     size_t bucket = 0;

@@ -8,16 +8,20 @@
 
 #include "cohort/checksum.h"
 #include "cohort/error.h"
+#include "runtime/flight_op.h"
 
 namespace cohort::detail {
 namespace {
 
 // Every rank's value of one int64, gathered to every rank.
-std::vector<int64_t> allgather_int64(Backend& group, int world, int64_t value) {
+// `what` (a string literal) names it in the flight recorder.
+std::vector<int64_t> allgather_int64(Backend& group, int world, int64_t value, const char* what) {
   std::vector<torch::Tensor> input{torch::tensor({value}, torch::kLong)};
   std::vector<std::vector<torch::Tensor>> output(1);
   for (int r = 0; r < world; ++r) output[0].push_back(torch::empty({1}, torch::kLong));
+  FlightScope entry(flight_op("allgather", what, -1, input[0]));
   group.allgather(output, input)->wait();
+  entry.done();
   std::vector<int64_t> out;
   for (auto& t : output[0]) out.push_back(t.item<int64_t>());
   return out;
@@ -56,7 +60,7 @@ std::string model_signature(const std::vector<NamedTensor>& tensors) {
 void check_same_model(Context& ctx, const std::vector<NamedTensor>& tensors) {
   const std::string sig = model_signature(tensors);
   const auto hash = static_cast<int64_t>(XXH64(sig.data(), sig.size(), 0));
-  auto hashes = allgather_int64(*ctx.group(), ctx.world_size(), hash);
+  auto hashes = allgather_int64(*ctx.group(), ctx.world_size(), hash, "model check");
   std::vector<int> differing;
   for (int r = 1; r < ctx.world_size(); ++r) {
     if (hashes[r] != hashes[0]) differing.push_back(r);
@@ -89,6 +93,7 @@ void broadcast_from_rank0(Backend& group, const std::vector<torch::Tensor>& tens
   for (const auto& t : tensors) {
     groups[{static_cast<int>(t.scalar_type()), t.device().str()}].push_back(t);
   }
+  int32_t chunk_index = 0;  // for the flight recorder
   for (auto& [key, list] : groups) {
     size_t begin = 0;
     while (begin < list.size()) {
@@ -100,7 +105,9 @@ void broadcast_from_rank0(Backend& group, const std::vector<torch::Tensor>& tens
       }
       std::vector<torch::Tensor> chunk(list.begin() + begin, list.begin() + end);
       std::vector<torch::Tensor> flat{torch::utils::flatten_dense_tensors(chunk)};
+      FlightScope entry(flight_op("broadcast", "rank 0's values, chunk", chunk_index++, flat[0]));
       group.broadcast(flat)->wait();
+      entry.done();
       auto parts = torch::utils::unflatten_dense_tensors(flat[0], chunk);
       for (size_t i = 0; i < chunk.size(); ++i) chunk[i].copy_(parts[i]);
       begin = end;
@@ -109,7 +116,8 @@ void broadcast_from_rank0(Backend& group, const std::vector<torch::Tensor>& tens
 }
 
 void assert_same_values(Context& ctx, const std::vector<torch::Tensor>& tensors, const std::string& what) {
-  auto hashes = allgather_int64(*ctx.group(), ctx.world_size(), static_cast<int64_t>(tensors_hash(tensors)));
+  auto hashes = allgather_int64(*ctx.group(), ctx.world_size(), static_cast<int64_t>(tensors_hash(tensors)),
+                                "in-sync check");
   std::string ranks;
   for (int r = 1; r < ctx.world_size(); ++r) {
     if (hashes[r] != hashes[0]) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);

@@ -22,6 +22,8 @@
 #include "duration_text.h"
 #include "net_util.h"
 #include "shm_allreduce.h"
+#include "agent_link.h"
+#include "flight_recorder.h"
 
 namespace cohort {
 namespace {
@@ -167,7 +169,11 @@ const c10::intrusive_ptr<Backend>& Context::group(const c10::Device& device) con
   return cpu_group_;
 }
 
-void Context::barrier() { group()->barrier()->wait(); }
+void Context::barrier() {
+  detail::FlightScope entry(detail::FlightOp{"barrier", "", -1, "gloo", "", 0, 0});
+  group()->barrier()->wait();
+  entry.done();
+}
 
 std::shared_ptr<Context> init(InitOptions options) {
   JobEnv env = resolve_job_env();
@@ -176,6 +182,8 @@ std::shared_ptr<Context> init(InitOptions options) {
   set_num_threads(options.threads);
   detail::log_info("joining a job of " + std::to_string(env.world_size) + " (from " + env.source +
                    " variables), store " + env.master_addr + ":" + std::to_string(env.master_port));
+  // Heartbeats to `cohort run`'s agent from now on (nothing starts without COHORT_AGENT_SOCKET).
+  detail::start_agent_link(env);
   auto store = connect_store(env, options);
   auto ctx = std::make_shared<Context>(env, store, options);
   detail::log_info("joined: rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size));

@@ -16,6 +16,7 @@
 
 #include "cohort/error.h"
 #include "duration_text.h"
+#include "flight_op.h"
 #include "log.h"
 
 namespace cohort::detail {
@@ -153,11 +154,13 @@ ShmAllreduce::~ShmAllreduce() {
   munmap(base_, bytes_);
 }
 
-std::shared_ptr<ShmPending> ShmAllreduce::allreduce_async(at::Tensor t, double scale) {
+std::shared_ptr<ShmPending> ShmAllreduce::allreduce_async(at::Tensor t, double scale, const char* what,
+                                                         int32_t index) {
   auto pending = std::make_shared<ShmPending>();
+  const uint64_t seq = flight_record(flight_op("allreduce", what, index, t, "shm"));
   {
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(Op{std::move(t), scale, pending});
+    queue_.push_back(Op{std::move(t), scale, pending, seq});
   }
   cv_.notify_one();
   return pending;
@@ -174,11 +177,13 @@ void ShmAllreduce::run() {
       queue_.pop_front();
     }
     std::exception_ptr error;
+    flight_update(op.flight_seq, FlightState::started);
     try {
       allreduce_now(op);
     } catch (...) {
       error = std::current_exception();
     }
+    flight_update(op.flight_seq, error ? FlightState::failed : FlightState::completed);
     {
       std::lock_guard<std::mutex> lock(op.pending->mu_);
       op.pending->done_ = true;

@@ -62,8 +62,10 @@ class ShmAllreduce {
   /// Whether this engine can reduce `t` (CPU, contiguous, float or double).
   static bool supports(const at::Tensor& t);
   /// Sums `t` over all ranks in place, asynchronously, and multiplies the sum by `scale` in the
-  /// same pass (DDP's 1/world averaging costs no extra pass over the bucket).
-  std::shared_ptr<ShmPending> allreduce_async(at::Tensor t, double scale = 1.0);
+  /// same pass (DDP's 1/world averaging costs no extra pass over the bucket). The operation is
+  /// recorded in the flight recorder as "allreduce of <what> <index>" (`what`: a string literal).
+  std::shared_ptr<ShmPending> allreduce_async(at::Tensor t, double scale = 1.0, const char* what = "shm allreduce",
+                                              int32_t index = -1);
 
  private:
   struct Control;
@@ -73,6 +75,7 @@ class ShmAllreduce {
     at::Tensor tensor;
     double scale;
     std::shared_ptr<ShmPending> pending;
+    uint64_t flight_seq = 0;  // its flight-recorder entry
   };
   void allreduce_now(Op& op);
   template <typename T>

@@ -1,0 +1,49 @@
+"""The peer for bench/sharded_throughput.sh: PyTorch's ZeroRedundancyOptimizer (ZeRO-1) with
+Python DDP, on the same libtorch 1.13 and Gloo, training the same deep MLP as
+examples/sharded_mlp on the same synthetic batches shape. (PyTorch 1.13's FSDP needs CUDA, so
+levels 2 and 3 have no CPU peer here.) Started once per rank with RANK / WORLD_SIZE / MASTER_ADDR
+/ MASTER_PORT set; prints one JSON line per rank with the example's field names.
+"""
+import argparse, json, os, time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.distributed.optim import ZeroRedundancyOptimizer
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+p = argparse.ArgumentParser()
+p.add_argument("--layers", type=int, default=8)
+p.add_argument("--width", type=int, default=1024)
+p.add_argument("--batch", type=int, default=32)
+p.add_argument("--steps", type=int, default=10)
+p.add_argument("--warmup", type=int, default=3)
+p.add_argument("--threads", type=int, default=1)
+p.add_argument("--mode", default="zero1", choices=["zero1", "ddp"])
+a = p.parse_args()
+torch.set_num_threads(a.threads)
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+torch.manual_seed(0)
+layers = []
+for _ in range(a.layers):
+    layers += [nn.Linear(a.width, a.width), nn.ReLU()]
+net = nn.Sequential(*layers, nn.Linear(a.width, 10), nn.LogSoftmax(1))
+model = DDP(net)
+if a.mode == "zero1":
+    opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam, lr=1e-3)
+else:
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+g = torch.Generator().manual_seed(1000 + rank)
+x, y = torch.randn(a.batch, a.width, generator=g), torch.randint(0, 10, (a.batch,), generator=g)
+for s in range(a.warmup + a.steps):
+    if s == a.warmup:
+        t0 = time.perf_counter()
+    opt.zero_grad()
+    loss = nn.functional.nll_loss(model(x), y)
+    loss.backward()
+    opt.step()
+dt = time.perf_counter() - t0
+print(json.dumps({"mode": "python_" + a.mode, "rank": rank, "world": world, "loss": loss.item(),
+                  "samples_per_s": a.steps * a.batch * world / dt, "step_ms": 1000 * dt / a.steps}), flush=True)
+dist.barrier()

@@ -1,0 +1,219 @@
+// cohort/sharded_data_parallel.h — sharded data parallelism (ZeRO-1/2/3, FSDP) for libtorch modules.
+//
+//   auto model = cohort::ShardedDataParallel(net, ctx, {.level = cohort::ShardingLevel::parameters});
+//   torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(1e-3));  // the shards
+//   optimizer.zero_grad();
+//   auto loss = torch::nll_loss(model->forward(x), y);
+//   loss.backward();        // gradients averaged over the world, each rank keeps its shard's part
+//   model->clip_grad_norm(1.0);  // optional: the global norm, over all shards
+//   optimizer.step();       // each rank updates its shard; the next forward gathers what it needs
+//
+// The trainable parameters are grouped into units (consecutive parameters). A unit is one flat
+// buffer of all its parameters, padded to a multiple of the world size W, and rank r owns the r-th
+// 1/W of it: its *shard*, a leaf tensor that `parameters()` returns and the optimizer updates, so
+// the optimizer's state exists only for the shard. Levels (docs/sharded.md has the memory sheet):
+//   optimizer_state (ZeRO-1): full parameters and full averaged gradients on every rank (one
+//       allreduce per unit, launched from backward hooks); the shard's gradient is a slice.
+//   gradients (ZeRO-2): a unit's gradients are reduce-scattered as soon as backward produced them;
+//       a rank keeps only its shard's gradient.
+//   parameters (ZeRO-3 / FSDP): only the shard persists. A unit's parameters are gathered just before
+//       its forward and again before its backward, and freed right after; its gradients are
+//       reduce-scattered, overlapped with the backward of the units before it.
+// Updated shards are gathered again lazily, at the next forward after a synchronised backward
+// (or after a shard changed in place).
+//
+// libtorch C++ modules have no forward hooks, so for level 3 the wrapper itself must call each
+// unit: wrap a torch::nn::Sequential (units are its children, by name; default: one unit per child
+// that has parameters). Any other module is one unit at level 3. Levels 1 and 2 take any module;
+// units there are groups of about unit_cap_mb, or named submodules.
+// Not here: mixed precision, CPU offload, parameters on several devices or of several dtypes.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/pimpl.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "cohort/sharded_state.h"
+
+namespace cohort {
+
+class Context;
+
+enum class ShardingLevel { optimizer_state = 1, gradients = 2, parameters = 3 };
+
+/// How a unit's gradients are reduce-scattered (levels 2 and 3). docs/sharded.md has measurements.
+enum class ReduceScatterAlgo {
+  automatic,        // native where the backend has it (NCCL), else allreduce_slice with the
+                    // shared-memory allreduce (ranks on one machine), else ring
+  ring,             // W-1 steps of send/recv around a ring: (W-1)/W of the bytes per rank
+  allreduce_slice,  // allreduce of the whole unit, keep the own slice (shared memory when available)
+  native,           // the backend's reduce_scatter (NCCL); a ConfigError where there is none
+};
+
+/// How updated shards are gathered into full units.
+enum class AllgatherAlgo {
+  automatic,      // shared memory when all ranks are on one machine, else the backend's allgather
+  backend,        // the process group's allgather
+  shm_allreduce,  // each rank writes its shard into a zeroed unit; a shared-memory sum gathers them
+};
+
+struct ShardedOptions {
+  ShardingLevel level = ShardingLevel::parameters;
+  /// Units by submodule name (as named_modules() gives them, without the wrapper's prefix): each
+  /// entry is one unit, of the parameters under those submodules. At level 3 the module must be a
+  /// torch::nn::Sequential and the names its children, consecutive. Empty: the default units.
+  std::vector<std::vector<std::string>> units;
+  /// Default units at levels 1 and 2 (and for a Sequential's children, never split): about this many MiB.
+  double unit_cap_mb = 25.0;
+  ReduceScatterAlgo reduce_scatter = ReduceScatterAlgo::automatic;
+  AllgatherAlgo allgather = AllgatherAlgo::automatic;
+  /// Level 3: gather the next unit while the current one computes (forward and backward).
+  bool prefetch = true;
+  /// Broadcast buffers (batch-norm statistics) from rank 0 before each forward in training.
+  bool broadcast_buffers = true;
+};
+
+/// Counters for tests, monitoring and the benchmark (cumulative since construction).
+struct ShardedStats {
+  int64_t sync_iterations = 0;
+  int64_t num_units = 0;
+  int64_t unit_gathers = 0;        // units gathered (forward, backward, after a step)
+  int64_t bytes_gathered = 0;      // full-unit bytes produced by gathers, per rank
+  int64_t bytes_reduced = 0;       // full-unit gradient bytes reduced (allreduce or reduce-scatter)
+  int64_t reductions_in_backward = 0;  // reductions launched from a gradient hook during backward
+  int64_t max_units_gathered = 0;  // most units held full at one time (level 3)
+};
+
+namespace detail {
+
+/// The type-independent part of ShardedDataParallel. Implemented in src/parallel/sharded_core.cpp.
+class ShardedCore {
+ public:
+  ShardedCore(std::shared_ptr<torch::nn::Module> module, bool is_sequential, std::shared_ptr<Context> ctx,
+              ShardedOptions options);
+  ~ShardedCore();
+  /// Rank r's shard of every unit, in unit order (leaf tensors requiring grad).
+  const std::vector<torch::Tensor>& shards() const;
+  /// Before the wrapped module's forward: buffers broadcast, updated shards gathered (levels 1, 2;
+  /// level 3 with a single unit).
+  void before_forward();
+  /// Level 3 on a Sequential: whether forward runs its children unit by unit, and doing it.
+  bool runs_units() const;
+  torch::Tensor forward_sequential(torch::Tensor x);
+  /// Level 3 with one unit: after the module's forward (frees the unit once backward is done).
+  void after_forward();
+  void set_sync(bool enabled);
+  bool sync_enabled() const;
+  double clip_grad_norm(double max_norm, double norm_type);
+  ShardedStats stats() const;
+  std::vector<std::vector<std::string>> unit_layout() const;
+  ShardedCheckpointable& checkpointable();
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace detail
+
+/// Scope in which backward accumulates full gradients locally (no communication). The next
+/// backward outside the scope reduces the accumulated sums. Costs full-size gradients meanwhile.
+class ShardedNoSyncGuard {
+ public:
+  explicit ShardedNoSyncGuard(detail::ShardedCore& core) : core_(&core), previous_(core.sync_enabled()) {
+    core_->set_sync(false);
+  }
+  ShardedNoSyncGuard(ShardedNoSyncGuard&& other) noexcept
+      : core_(std::exchange(other.core_, nullptr)), previous_(other.previous_) {}
+  ShardedNoSyncGuard(const ShardedNoSyncGuard&) = delete;
+  ShardedNoSyncGuard& operator=(const ShardedNoSyncGuard&) = delete;
+  ShardedNoSyncGuard& operator=(ShardedNoSyncGuard&&) = delete;
+  ~ShardedNoSyncGuard() {
+    if (core_) core_->set_sync(previous_);
+  }
+
+ private:
+  detail::ShardedCore* core_;
+  bool previous_;
+};
+
+/// The wrapper. Its registered parameters are the shards ("unit_<k>_shard"), so
+/// `model->parameters()` — what the optimizer takes — is this rank's shards; the wrapped module is
+/// `model->module()` (its parameters are full only while gathered: at level 3, between forward and
+/// backward of their unit).
+template <typename ModuleHolder>
+class ShardedDataParallelImpl : public torch::nn::Module, public ShardedCheckpointable {
+ public:
+  static constexpr bool kSequential = std::is_same_v<ModuleHolder, torch::nn::Sequential>;
+
+  ShardedDataParallelImpl(ModuleHolder module, std::shared_ptr<Context> ctx, ShardedOptions options = {})
+      : module_(std::move(module)),
+        core_(std::make_unique<detail::ShardedCore>(module_.ptr(), kSequential, std::move(ctx), std::move(options))) {
+    const auto& shards = core_->shards();
+    for (size_t k = 0; k < shards.size(); ++k) register_parameter("unit_" + std::to_string(k) + "_shard", shards[k]);
+  }
+
+  /// The wrapped module's forward: unit by unit for a Sequential at level 3.
+  template <typename... Args>
+  decltype(auto) forward(Args&&... args) {
+    if constexpr (kSequential) {
+      if (core_->runs_units()) return core_->forward_sequential(std::forward<Args>(args)...);
+    }
+    core_->before_forward();
+    decltype(auto) out = module_->forward(std::forward<Args>(args)...);
+    core_->after_forward();
+    return out;
+  }
+
+  /// train()/eval() reach the wrapped module, which is not registered as a child (its parameters
+  /// are not this wrapper's).
+  void train(bool on = true) override {
+    torch::nn::Module::train(on);
+    module_->train(on);
+  }
+
+  ModuleHolder& module() { return module_; }
+  [[nodiscard]] ShardedNoSyncGuard no_sync() { return ShardedNoSyncGuard(*core_); }
+  /// Scales the shards' gradients so that the norm over all ranks' shards is at most max_norm;
+  /// returns that total norm (collective: every rank calls it).
+  double clip_grad_norm(double max_norm, double norm_type = 2.0) { return core_->clip_grad_norm(max_norm, norm_type); }
+  ShardedStats stats() const { return core_->stats(); }
+  /// For each unit, the names of its parameters.
+  std::vector<std::vector<std::string>> unit_layout() const { return core_->unit_layout(); }
+
+  // ShardedCheckpointable: the Checkpointer finds it through the module it is given.
+  ShardState shard_state(const torch::optim::Optimizer* optimizer) override {
+    return core_->checkpointable().shard_state(optimizer);
+  }
+  std::vector<std::pair<std::string, at::Tensor>> replicated_tensors() override {
+    return core_->checkpointable().replicated_tensors();
+  }
+  void load_shard_state(const ShardSource& source, torch::optim::Optimizer* optimizer) override {
+    core_->checkpointable().load_shard_state(source, optimizer);
+  }
+  FullState full_state(const torch::optim::Optimizer* optimizer) override {
+    return core_->checkpointable().full_state(optimizer);
+  }
+
+ private:
+  ModuleHolder module_;
+  std::unique_ptr<detail::ShardedCore> core_;
+};
+
+template <typename ModuleHolder>
+class ShardedDataParallel : public torch::nn::ModuleHolder<ShardedDataParallelImpl<ModuleHolder>> {
+ public:
+  using torch::nn::ModuleHolder<ShardedDataParallelImpl<ModuleHolder>>::ModuleHolder;
+};
+
+template <typename ModuleHolder, typename... Rest>
+ShardedDataParallel(ModuleHolder, Rest...) -> ShardedDataParallel<ModuleHolder>;
+
+}  // namespace cohort

@@ -1,0 +1,27 @@
+// Who hosts an elastic job's rendezvous: the agent that can listen at the endpoint (--rdzv-role auto),
+// or the one told to (host / member). See elastic_coordinators.h.
+#include <cerrno>
+#include <cstring>
+
+#include "cohort/error.h"
+#include "elastic_coordinators.h"
+#include "elastic_options.h"
+#include "socket_util.h"
+
+namespace cohort::launcher {
+
+RendezvousResult elastic_rendezvous(const RunOptions& o, SignalPipe& signals) {
+  const Endpoint endpoint = parse_endpoint(o.rdzv_endpoint);
+  if (o.rdzv_role == "member") return join_elastic_job(o, signals);
+  int err = 0;
+  const int listener = try_listen_tcp(endpoint.host, endpoint.port, &err);
+  if (listener >= 0) return host_elastic_job(o, listener, signals);
+  // Auto: an address of another machine, or one where another agent of this machine listens
+  // already (several agents on one machine, as in tests), makes this agent a member.
+  if (o.rdzv_role == "auto" && (err == EADDRNOTAVAIL || err == EADDRINUSE)) return join_elastic_job(o, signals);
+  throw ConfigError(-1, "cannot host the rendezvous at " + o.rdzv_endpoint + " (" + std::strerror(err) +
+                            (err == EADDRNOTAVAIL ? ": not an address of this machine" : "") +
+                            "); give --rdzv-endpoint an address and free port of the host node");
+}
+
+}  // namespace cohort::launcher

@@ -1,0 +1,116 @@
+#include "shard_collectives.h"
+
+#include "cohort/error.h"
+#include "ring_reduce_scatter.h"
+
+namespace cohort::detail {
+
+std::string ShardCollectives::name(ReduceScatterAlgo a) {
+  switch (a) {
+    case ReduceScatterAlgo::ring: return "ring";
+    case ReduceScatterAlgo::allreduce_slice: return "allreduce_slice";
+    case ReduceScatterAlgo::native: return "native";
+    default: return "automatic";
+  }
+}
+
+std::string ShardCollectives::name(AllgatherAlgo a) {
+  switch (a) {
+    case AllgatherAlgo::backend: return "backend";
+    case AllgatherAlgo::shm_allreduce: return "shm_allreduce";
+    default: return "automatic";
+  }
+}
+
+ShardCollectives::ShardCollectives(c10::intrusive_ptr<Backend> group, ShmAllreduce* shm, int rank, int world,
+                                   ReduceScatterAlgo rs, AllgatherAlgo ag)
+    : group_(std::move(group)), shm_(shm), rank_(rank), world_(world), rs_(rs), ag_(ag) {
+  const bool native = has_native_flat_collectives(*group_);
+  if (rs_ == ReduceScatterAlgo::native && !native)
+    throw ConfigError(rank_, "ShardedDataParallel: reduce_scatter = native, but this libtorch's " +
+                                 group_->getBackendName() +
+                                 " process group has no reduce_scatter; use ring or allreduce_slice");
+  if (ag_ == AllgatherAlgo::shm_allreduce && !shm_)
+    throw ConfigError(rank_, "ShardedDataParallel: allgather = shm_allreduce needs the shared-memory allreduce "
+                             "(all ranks on one machine, COHORT_SHM not 0); use backend");
+  // Measured on 2 cores (docs/sharded.md): the shared-memory allreduce beats Gloo's TCP for both
+  // collectives when the ranks share a machine; otherwise the ring moves the fewest bytes.
+  if (rs_ == ReduceScatterAlgo::automatic)
+    rs_ = native ? ReduceScatterAlgo::native : shm_ ? ReduceScatterAlgo::allreduce_slice : ReduceScatterAlgo::ring;
+  if (ag_ == AllgatherAlgo::automatic) ag_ = shm_ ? AllgatherAlgo::shm_allreduce : AllgatherAlgo::backend;
+  native_ag_ = native && ag_ == AllgatherAlgo::backend;
+}
+
+void ShardCollectives::wait(WorkHandle work, const char* what) {
+  try {
+    work->wait();
+  } catch (const std::exception& e) {
+    std::string cause = e.what();
+    throw CommError(rank_, std::string("ShardedDataParallel ") + what + " failed; a peer may have died or hung (" +
+                               cause.substr(0, cause.find('\n')) + ")");
+  }
+}
+
+void ShardCollectives::allreduce(torch::Tensor t, double scale) {
+  torch::NoGradGuard no_grad;
+  if (world_ == 1) {
+    if (scale != 1.0) t.mul_(scale);
+    return;
+  }
+  if (shm_ && ShmAllreduce::supports(t)) {
+    shm_->allreduce_async(t, scale)->wait();
+    return;
+  }
+  if (scale != 1.0) t.mul_(scale);  // before the sum, as DDP does (keeps fp16 in range)
+  std::vector<torch::Tensor> tensors{t};
+  wait(group_->allreduce(tensors), "allreduce");
+}
+
+void ShardCollectives::reduce_scatter_avg(torch::Tensor flat, torch::Tensor out) {
+  torch::NoGradGuard no_grad;
+  const int64_t chunk = out.numel();
+  switch (rs_) {
+    case ReduceScatterAlgo::native: {
+      flat.div_(world_);
+      wait(native_reduce_scatter(*group_, out, flat), "reduce-scatter");
+      return;
+    }
+    case ReduceScatterAlgo::allreduce_slice:
+      allreduce(flat, 1.0 / world_);
+      out.copy_(flat.narrow(0, rank_ * chunk, chunk));
+      return;
+    default:
+      flat.div_(world_);
+      ring_reduce_scatter(*group_, rank_, world_, flat, tag_++);
+      out.copy_(flat.narrow(0, rank_ * chunk, chunk));
+  }
+}
+
+void ShardCollectives::allgather(torch::Tensor shard, torch::Tensor full) {
+  torch::NoGradGuard no_grad;
+  const int64_t chunk = shard.numel();
+  auto own = full.narrow(0, rank_ * chunk, chunk);
+  if (world_ == 1) {
+    if (own.data_ptr() != shard.data_ptr()) own.copy_(shard);
+    return;
+  }
+  if (ag_ == AllgatherAlgo::shm_allreduce) {
+    if (own.data_ptr() != shard.data_ptr()) own.copy_(shard);
+    if (rank_ > 0) full.narrow(0, 0, rank_ * chunk).zero_();
+    if (rank_ + 1 < world_) full.narrow(0, (rank_ + 1) * chunk, (world_ - rank_ - 1) * chunk).zero_();
+    shm_->allreduce_async(full, 1.0)->wait();
+    return;
+  }
+  torch::Tensor input = shard.detach();
+  if (input.data_ptr() == own.data_ptr()) input = input.clone();  // Gloo reads and writes: keep them apart
+  if (native_ag_) {
+    wait(native_allgather(*group_, full, input), "allgather");
+    return;
+  }
+  std::vector<torch::Tensor> inputs{input};
+  std::vector<std::vector<torch::Tensor>> outputs(1);
+  for (int r = 0; r < world_; ++r) outputs[0].push_back(full.narrow(0, r * chunk, chunk));
+  wait(group_->allgather(outputs, inputs), "allgather");
+}
+
+}  // namespace cohort::detail

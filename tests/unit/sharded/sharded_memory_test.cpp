@@ -1,0 +1,59 @@
+// Peak resident memory per rank, in real processes (4 ranks of examples/sharded_mlp): DDP and each
+// sharding level on one model, against the ZeRO paper's per-rank training state
+//   DDP (4+4+8)Ψ, level 1 (4+4+8/N)Ψ, level 2 (4+(4+8)/N)Ψ, level 3 16Ψ/N + gathered units.
+// Asserts the ordering and that level 3 stays below 40% of DDP at N = 4. What is measured: peak RSS
+// minus RSS after init (so it includes the user's model as built, 4Ψ, and the shared-memory
+// allreduce's segment, the same for all).
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <sstream>
+
+#include "support/subprocess.h"
+
+namespace {
+
+using cohort::testing::run_shell;
+
+struct Measured {
+  double state_mb = 0;  // the largest over the ranks
+  int64_t params = 0;
+};
+
+Measured measure(const std::string& mode) {
+  const std::string cmd = std::string(SHARDED_RUN_RANKS) + " 4 " + SHARDED_MLP + " --mode " + mode +
+                          " --layers 24 --width 768 --batch 8 --steps 2 --warmup 1 --unit-cap-mb 2.5";
+  const auto run = run_shell(cmd);
+  EXPECT_EQ(run.exit_code, 0) << cmd << "\n" << run.output;
+  Measured m;
+  std::istringstream lines(run.output);
+  int ranks = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] != '{') continue;
+    const auto j = nlohmann::json::parse(line);
+    m.state_mb = std::max(m.state_mb, j.at("state_mb").get<double>());
+    m.params = j.at("params").get<int64_t>();
+    ++ranks;
+  }
+  EXPECT_EQ(ranks, 4) << run.output;
+  return m;
+}
+
+TEST(ShardedMemory, PeakPerRankFollowsTheZeroOrderingAndLevel3IsBelow40PercentOfDdp) {
+  std::map<std::string, Measured> m;
+  for (const char* mode : {"ddp", "zero1", "zero2", "zero3"}) m[mode] = measure(mode);
+  const double psi_mb = m["ddp"].params * 4.0 / (1 << 20);  // 4Ψ bytes, in MiB
+  const double n = 4;
+  const std::map<std::string, double> paper{{"ddp", 4 * psi_mb}, {"zero1", (2 + 2.0 / n) * psi_mb},
+                                            {"zero2", (1 + 3.0 / n) * psi_mb}, {"zero3", 4.0 / n * psi_mb}};
+  for (const auto& [mode, r] : m)
+    std::cout << mode << ": peak state " << r.state_mb << " MiB per rank; ZeRO formula " << paper.at(mode)
+              << " MiB (+ the model as built and transients)\n";
+  EXPECT_GT(m["ddp"].state_mb, m["zero1"].state_mb);
+  EXPECT_GT(m["zero1"].state_mb, m["zero2"].state_mb);
+  EXPECT_GT(m["zero2"].state_mb, m["zero3"].state_mb);
+  EXPECT_LT(m["zero3"].state_mb, 0.4 * m["ddp"].state_mb);
+}
+
+}  // namespace
