@@ -14,9 +14,17 @@ shape=(--layers 8 --width 1024 --batch 32 --steps 10 --warmup 3 --threads 1)
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 run() {  # label, command...: best of $repeats, rank 0's line
   local label=$1; shift
-  for ((i = 0; i < repeats; i++)); do "$ranks" 2 "$@" 2>/dev/null | grep '^{' | python3 -c "
+  # Two ranks share the pipe and an unbuffered Python may split a line's text and its newline, so
+  # the objects are decoded one after another rather than line by line.
+  for ((i = 0; i < repeats; i++)); do "$ranks" 2 "$@" 2>/dev/null | python3 -c "
 import sys, json
-rows = [json.loads(l) for l in sys.stdin]
+text, rows, dec, at = sys.stdin.read(), [], json.JSONDecoder(), 0
+while (at := text.find('{', at)) >= 0:
+    try:
+        obj, end = dec.raw_decode(text, at)
+        rows.append(obj); at = end
+    except ValueError:
+        at += 1
 r = [x for x in rows if x['rank'] == 0][0]
 print(json.dumps({'label': '$label', 'samples_per_s': r['samples_per_s'], 'bytes_per_step': r.get('bytes_per_step', {})}))"
   done
