@@ -28,6 +28,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -48,6 +49,13 @@ using namespace std::chrono;
 using ckpt::NamedTensors;
 
 int64_t now_unix_ms() { return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count(); }
+
+// The checkpoint root with its parents (mkdir -p), so that "runs/job/checkpoints" works as given.
+void make_dirs(const std::string& path, int rank) {
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  if (ec) throw CheckpointError(rank, "could not create directory " + path + ": " + ec.message());
+}
 
 void make_dir(const std::string& path, int rank) {
   if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) {
@@ -209,7 +217,7 @@ class Checkpointer::Impl {
   }
 
   std::vector<ckpt::ManifestFile> write_files(const SaveJob& job, const std::string& path) {
-    make_dir(owner_.dir_, rank_);
+    make_dirs(owner_.dir_, rank_);
     struct stat st {};
     const bool existed = ::stat(path.c_str(), &st) == 0;
     make_dir(path, rank_);

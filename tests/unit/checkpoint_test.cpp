@@ -380,6 +380,15 @@ TEST(CheckpointMismatch, OtherModelOrOptimizerIsAClearError) {
   });
 }
 
+TEST(CheckpointFailure, MissingParentDirectoriesAreCreated) {
+  const std::string dir = fresh_dir("nested") + "/runs/job/checkpoints";  // none of it exists yet
+  run_ranks(1, [&](std::shared_ptr<Context> ctx) {
+    Trainer t(ctx, "sgd", initial_parameters(1));
+    Checkpointer(dir, ctx, {.async = false}).save(t.state());
+  });
+  EXPECT_EQ(ckpt::verify_checkpoint(dir + "/step-00000000"), "");
+}
+
 TEST(CheckpointMismatch, NoCheckpointIsAFreshStart) {
   const std::string dir = fresh_dir("empty");
   run_ranks(2, [&](std::shared_ptr<Context> ctx) {
