@@ -15,6 +15,8 @@ packages=(
   libspdlog-dev         # the logger
   libxxhash-dev         # fast hashes: model signatures, parameter checksums, later file checksums
   zlib1g-dev            # reading gzipped IDX files
+  libcpp-httplib-dev    # the HTTP server of the dashboard and /metrics (header-only)
+  libjs-chart.js        # the dashboard's charts (Chart.js), embedded in the binary at build time
   libgtest-dev          # GoogleTest
   dataset-fashion-mnist # the example's data set (gzipped IDX under /usr/share/datasets/fashion-mnist)
   python3-torch         # the peer: PyTorch's Python DDP/DistributedSampler on the same libtorch (tests, bench)

@@ -3,4 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+bash scripts/setup-test-tools.sh
 ctest --test-dir build --output-on-failure --timeout 600 "$@"
