@@ -5,6 +5,10 @@
 // It ends with one JSON line per rank: test_accuracy, samples_per_s (whole job, after the warm-up
 // steps, evaluation excluded), world_size, steps, final_loss, param_checksum and
 // optimizer_checksum.
+// Each step goes to cohort::monitor() with its loss and learning rate (under `cohort run`: the
+// dashboard, /metrics, the run's events.jsonl). Test-only flags inject faults the monitoring must
+// catch: --inject-nan-step/--inject-nan-rank (a NaN loss, so NaN gradients), --slow-rank/--slow-ms
+// (a straggler in its data phase); --on-nan stop|skip|warn sets the NaN policy.
 // With --ckpt-dir it checkpoints every --ckpt-every steps (in the background unless --ckpt-sync)
 // and, when started again with the same directory, resumes from the newest valid checkpoint:
 // the same step, epoch position, parameters, momentum and RNG state, also on another world size.
@@ -14,6 +18,7 @@
 
 #include <chrono>
 #include <iostream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -46,6 +51,12 @@ struct Flags {
   bool report_first_step = false;  // recovery-time benchmark: when did this start's first step end?
   std::string log_samples;   // empty: no sample log (sample_log.h)
   int64_t train_limit = 0;   // train on the first N samples only (0: all)
+  // Fault injection for the monitoring tests (docs/monitoring.md).
+  int64_t inject_nan_step = 0;  // multiply the loss by NaN at this step (0: never) ...
+  int inject_nan_rank = 0;      // ... on this rank
+  int slow_rank = -1;           // this rank sleeps slow_ms per step before its forward (data phase)
+  int slow_ms = 0;
+  std::string on_nan;           // stop, skip or warn: overrides COHORT_ON_NAN
 };
 
 double evaluate(torch::nn::Module& net, const std::function<torch::Tensor(torch::Tensor)>& forward,
@@ -112,12 +123,18 @@ Outcome train_loop(const Flags& flags, FashionMnist& train_set, cohort::Distribu
   for (int epoch = static_cast<int>(sampler.epoch()); epoch < flags.epochs && !done; ++epoch) {
     sampler.set_epoch(epoch);
     for (auto& batch : *loader) {
+      if (rank == flags.slow_rank && flags.slow_ms > 0)  // an injected straggler: slow "data loading"
+        std::this_thread::sleep_for(std::chrono::milliseconds(flags.slow_ms));
       optimizer.zero_grad();
       auto loss = torch::nll_loss(forward(batch.data), batch.target);
+      if (flags.inject_nan_step > 0 && out.steps + 1 == flags.inject_nan_step && rank == flags.inject_nan_rank)
+        loss = loss * std::numeric_limits<double>::quiet_NaN();  // its gradients become NaN too
       loss.backward();  // with DDP, gradients are averaged across ranks here
       optimizer.step();
       out.last_loss = loss.template item<double>();
       ++out.steps;
+      // Step time and its phases, samples/s, gradient norm, memory, communication: to the agent.
+      cohort::monitor().step(out.steps, {{"loss", out.last_loss}, {"lr", flags.lr}});
       sample_log.step(out.steps, epoch);  // before the checkpoint that may cover this step
       if (flags.report_first_step && rank == 0 && out.steps == first_step + 1) {
         const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -211,6 +228,7 @@ int train(const Flags& flags, Net net) {
   result["samples_per_s"] = outcome.samples_per_s;
   result["param_checksum"] = cohort::parameters_checksum(*net);
   result["optimizer_checksum"] = outcome.optimizer_checksum;
+  if (const int64_t skipped = cohort::monitor().skipped_steps(); skipped > 0) result["nan_skipped_steps"] = skipped;
   std::cout << result.dump() << std::endl;
   return 0;
 }
@@ -247,7 +265,20 @@ int main(int argc, char** argv) {
                  "Append each step's sample indices to PREFIX.rank<R> (JSON lines; see sample_log.h)");
   app.add_option("--train-limit", f.train_limit, "Train on the first N samples of the training set (0: all)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--inject-nan-step", f.inject_nan_step, "Test: multiply the loss by NaN at this step (0: never)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--inject-nan-rank", f.inject_nan_rank, "Test: the rank whose loss --inject-nan-step poisons")
+      ->capture_default_str();
+  app.add_option("--slow-rank", f.slow_rank, "Test: this rank sleeps --slow-ms per step before its forward");
+  app.add_option("--slow-ms", f.slow_ms, "Test: milliseconds --slow-rank sleeps per step")->check(CLI::NonNegativeNumber);
+  app.add_option("--on-nan", f.on_nan, "NaN/Inf gradient norm or loss: stop, skip or warn (default: COHORT_ON_NAN, else stop)")
+      ->check(CLI::IsMember({"stop", "skip", "warn"}));
   CLI11_PARSE(app, argc, argv);
+  if (!f.on_nan.empty()) {
+    cohort::MonitorOptions options = cohort::monitor().options();
+    options.on_nan = *cohort::parse_on_nan(f.on_nan);
+    cohort::monitor().configure(options);
+  }
   if (f.plain && !f.ckpt_dir.empty()) {
     std::cerr << "fashion_mnist: --ckpt-dir needs cohort's runtime; it cannot be combined with --plain" << std::endl;
     return 2;

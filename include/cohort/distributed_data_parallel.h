@@ -16,6 +16,10 @@
 // are completed with zeros and launched; all are waited for and the averages written back before
 // backward returns. A parameter no rank used keeps its gradient as it was.
 //
+// For cohort::monitor() (cohort/monitor.h), forward marks where the step's forward and backward
+// phases begin and counts the batch's samples; the reducer marks the end of backward and of the
+// communication, and computes the averaged gradients' norm (docs/monitoring.md).
+//
 // Not here: sharding the optimizer state or parameters (a later issue), mixed precision.
 #pragma once
 
@@ -25,6 +29,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 namespace cohort {
@@ -53,6 +58,19 @@ struct DDPStats {
 
 namespace detail {
 
+/// The batch size of a forward call for the monitor: size(0) of the first argument when it is a
+/// tensor with a dimension, else -1.
+inline int64_t batch_size_of() { return -1; }
+template <typename First, typename... Rest>
+int64_t batch_size_of(const First& first, const Rest&...) {
+  if constexpr (std::is_convertible_v<const First&, const at::Tensor&>) {
+    const at::Tensor& t = first;
+    return t.defined() && t.dim() > 0 ? t.size(0) : -1;
+  } else {
+    return -1;
+  }
+}
+
 /// The type-independent part of DistributedDataParallel: model check, broadcasts, gradient
 /// buckets and hooks. Implemented in src/parallel/.
 class DataParallelCore {
@@ -60,6 +78,11 @@ class DataParallelCore {
   DataParallelCore(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Context> ctx, DDPOptions options);
   ~DataParallelCore();
   void before_forward();
+  /// The monitor's phase marks (cohort/monitor.h) around a forward; `samples` is the batch
+  /// dimension of the first tensor argument (-1: none). begin returns whether it marked (a
+  /// training forward), which end takes back.
+  bool forward_begin(int64_t samples);
+  void forward_end(bool marked);
   void set_sync(bool enabled);
   bool sync_enabled() const;
   DDPStats stats() const;
@@ -104,8 +127,11 @@ class DistributedDataParallelImpl : public torch::nn::Module {
   /// Calls the wrapped module's forward (after broadcasting buffers, if enabled).
   template <typename... Args>
   decltype(auto) forward(Args&&... args) {
+    const bool marked = core_->forward_begin(detail::batch_size_of(args...));  // monitor: forward begins
     core_->before_forward();
-    return module_->forward(std::forward<Args>(args)...);
+    decltype(auto) out = module_->forward(std::forward<Args>(args)...);
+    core_->forward_end(marked);  // monitor: backward (with the loss) begins
+    return out;
   }
 
   /// The wrapped module, e.g. to save it without the "module." prefix.

@@ -49,6 +49,13 @@ class CheckpointError : public Error {
   using Error::Error;
 };
 
+/// Training produced a NaN or infinite gradient norm or loss and the policy is on_nan=stop
+/// (cohort/monitor.h). Thrown on every rank alike (the averaged gradients are the same
+/// everywhere); restarting from the last checkpoint usually meets the same values again.
+class AnomalyError : public Error {
+  using Error::Error;
+};
+
 namespace detail {
 [[noreturn]] void check_failed(const char* expr, const char* file, int line, const std::string& msg);
 }  // namespace detail

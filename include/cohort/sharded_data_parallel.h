@@ -40,6 +40,7 @@
 #include <utility>
 #include <vector>
 
+#include "cohort/distributed_data_parallel.h"  // detail::batch_size_of
 #include "cohort/sharded_state.h"
 
 namespace cohort {
@@ -109,6 +110,9 @@ class ShardedCore {
   torch::Tensor forward_sequential(torch::Tensor x);
   /// Level 3 with one unit: after the module's forward (frees the unit once backward is done).
   void after_forward();
+  /// The monitor's phase marks around a forward (see DataParallelCore::forward_begin).
+  bool forward_begin(int64_t samples);
+  void forward_end(bool marked);
   void set_sync(bool enabled);
   bool sync_enabled() const;
   double clip_grad_norm(double max_norm, double norm_type);
@@ -163,12 +167,18 @@ class ShardedDataParallelImpl : public torch::nn::Module, public ShardedCheckpoi
   /// The wrapped module's forward: unit by unit for a Sequential at level 3.
   template <typename... Args>
   decltype(auto) forward(Args&&... args) {
+    const bool marked = core_->forward_begin(detail::batch_size_of(args...));  // monitor: forward begins
     if constexpr (kSequential) {
-      if (core_->runs_units()) return core_->forward_sequential(std::forward<Args>(args)...);
+      if (core_->runs_units()) {
+        auto out = core_->forward_sequential(std::forward<Args>(args)...);
+        core_->forward_end(marked);  // monitor: backward begins
+        return out;
+      }
     }
     core_->before_forward();
     decltype(auto) out = module_->forward(std::forward<Args>(args)...);
     core_->after_forward();
+    core_->forward_end(marked);
     return out;
   }
 

@@ -40,6 +40,7 @@
 #include "cohort/distributed_sampler.h"
 #include "cohort/error.h"
 #include "cohort/sharded_state.h"
+#include "monitor/worker_monitor.h"
 #include "runtime/log.h"
 
 namespace cohort {
@@ -91,6 +92,7 @@ struct SaveJob {
   std::string optimizer_json, sampler_json;
   ckpt::RankRng rng;
   std::map<std::string, std::string> metadata;
+  std::chrono::steady_clock::time_point started;  // the save began (the monitor's event reports its duration)
 };
 
 class Checkpointer::Impl {
@@ -109,6 +111,7 @@ class Checkpointer::Impl {
     SaveJob job;
     job.step = owner_.step_;
     job.index = saves_started_++;
+    job.started = std::chrono::steady_clock::now();
     job.metadata = owner_.metadata_;
     if (state.sampler) {
       const SamplerState s = state.sampler->state();
@@ -313,6 +316,10 @@ class Checkpointer::Impl {
     ckpt::fsync_dir(path, rank_);  // ... and durably so
     ++committed_;
     detail::log(detail::LogLevel::debug, "checkpoint committed: " + path);
+    int64_t bytes = 0;
+    for (const auto& f : m.files) bytes += static_cast<int64_t>(f.bytes);
+    monitor_->checkpoint_saved(job.step, path, bytes,
+                               std::chrono::duration<double>(std::chrono::steady_clock::now() - job.started).count());
     retire_old();
   }
 
@@ -399,6 +406,8 @@ class Checkpointer::Impl {
   int64_t sequence_ = 0;
   int64_t saves_started_ = 0;
   std::atomic<int64_t> committed_{0};
+  // The monitor current when the Checkpointer was made: commits may run on the writer thread.
+  detail::StepMonitor* monitor_ = &detail::current_step_monitor();
   std::vector<at::Tensor> staged_model_, staged_optim_, staged_shard_;
   c10::intrusive_ptr<c10d::Store> store_;
   std::string own_part_;
@@ -600,6 +609,8 @@ std::optional<RestoreInfo> Checkpointer::restore_latest(const TrainingState& sta
     detail::log(detail::LogLevel::info, "rank " + std::to_string(rank) + " did not exist in the checkpoint (world size " +
                                             std::to_string(m.world_size) + "): its RNG keeps its current state");
   step_ = m.step;
+  impl_->monitor_->set_step(m.step);  // the monitor's step numbers continue from here
+  if (rank == 0) impl_->monitor_->checkpoint_restored(m.step, loaded.listed->path);
   metadata_ = m.metadata;
   impl_->last_save_ = steady_clock::now();
   RestoreInfo info{loaded.listed->path, m.step, m.epoch, m.world_size, m.metadata};

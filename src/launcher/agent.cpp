@@ -8,6 +8,8 @@
 // failure) and their flight records collected before the workers are stopped (flight_dumps.h).
 // Elastic membership lives in the coordinators (elastic_coordinators.h): each round's Assignment
 // may bring another world size, node rank and store, which local_places() hands to the workers.
+// Monitoring (job_monitor.h): the leading agent's hub hears of every round, failure, restart and
+// the end; the workers' metrics and events reach it through supervise().
 #include "agent.h"
 
 #include <signal.h>
@@ -18,6 +20,7 @@
 #include "cohort/error.h"
 #include "failure_history.h"
 #include "flight_dumps.h"
+#include "job_monitor.h"
 #include "rendezvous.h"
 #include "signal_pipe.h"
 #include "supervisor.h"
@@ -77,6 +80,10 @@ void print_end(const RunOptions& o, const std::vector<RoundFailure>& history, in
 
 }  // namespace
 
+namespace {
+int run_rounds(RunOptions& o, RendezvousResult& rdzv, SignalPipe& signals, JobMonitor& monitor);
+}  // namespace
+
 int run_job(RunOptions o) {
   try {
     finalize_options(o);
@@ -107,19 +114,42 @@ int run_job(RunOptions o) {
     print_error(e);
     return 1;
   }
+  // Node 0 (the only node, or the elastic rendezvous host) leads: the hub and the dashboard are its.
+  std::unique_ptr<JobMonitor> monitor;
+  try {
+    monitor = rdzv.assignment.node_rank == 0 ? JobMonitor::lead(o, *rdzv.coordinator, rdzv.assignment)
+                                             : JobMonitor::follow(*rdzv.coordinator);
+  } catch (const std::exception& e) {
+    print_error(e);
+    std::string why = e.what();
+    if (why.rfind("cohort: ", 0) == 0) why.erase(0, 8);
+    rdzv.coordinator->abort("cohort run: job stopped: node " + std::to_string(o.node_rank) +
+                            " could not start the dashboard: " + why + "\n");
+    return 2;
+  }
+  const int code = run_rounds(o, rdzv, signals, *monitor);
+  monitor->finished(code);
+  return code;
+}
+
+namespace {
+
+int run_rounds(RunOptions& o, RendezvousResult& rdzv, SignalPipe& signals, JobMonitor& monitor) {
   Coordinator& coordinator = *rdzv.coordinator;
   Assignment assignment = rdzv.assignment;
   std::vector<RoundFailure> history;  // one worker failure per failed round, oldest first
   const Watch watch = open_watch(o);  // the worker link (heartbeats, hangs), for every round
+  std::vector<std::string> worker_env = watch.worker_variables();
+  if (!o.on_nan.empty()) worker_env.push_back("COHORT_ON_NAN=" + o.on_nan);
 
   for (;;) {
     const int round = assignment.round;
     o.node_rank = assignment.node_rank;  // an elastic job's node ranks change between rounds; messages name this one
+    monitor.round_started(assignment);
     // 1. Start this node's workers for the round.
     WorkerGroup group;
     try {
-      group.start(local_places(o, assignment), o.command, o.log_dir, static_cast<size_t>(o.tail_lines),
-                  watch.worker_variables());
+      group.start(local_places(o, assignment), o.command, o.log_dir, static_cast<size_t>(o.tail_lines), worker_env);
     } catch (const std::exception& e) {
       print_error(e);
       coordinator.abort("cohort run: job failed: node " + std::to_string(o.node_rank) +
@@ -135,7 +165,8 @@ int run_job(RunOptions o) {
     }
 
     // 2. Supervise until the round ends.
-    Outcome outcome = supervise(group, coordinator, signals, round, &watch);
+    Outcome outcome = supervise(group, coordinator, signals, round, &watch, &monitor);
+    if (outcome.kind != Outcome::succeeded) monitor.round_failed(outcome);
     if (outcome.kind == Outcome::succeeded) {
       if (round > 0 || o.verbose) std::cerr << success_note(assignment.restarts) << std::flush;
       return 0;
@@ -175,10 +206,11 @@ int run_job(RunOptions o) {
 
     // 4. The next round: every node agrees on its number before any worker starts.
     //    An elastic job's coordinator words the notice itself (a membership change is no restart).
-    std::cerr << (!end.notice.empty() ? end.notice
-                  : end.failure       ? restart_notice(*end.failure, round + 1, o.max_restarts)
-                                      : "cohort run: round " + std::to_string(round) + " failed; restarting the job\n")
-              << std::flush;
+    const std::string notice = !end.notice.empty() ? end.notice
+                               : end.failure       ? restart_notice(*end.failure, round + 1, o.max_restarts)
+                                                   : "cohort run: round " + std::to_string(round) + " failed; restarting the job\n";
+    std::cerr << notice << std::flush;
+    monitor.restarting(notice, assignment.restarts + (end.failure ? 1 : 0));
     try {
       assignment = coordinator.next_round(signals);
     } catch (const Interrupted& e) {
@@ -192,5 +224,7 @@ int run_job(RunOptions o) {
     }
   }
 }
+
+}  // namespace
 
 }  // namespace cohort::launcher

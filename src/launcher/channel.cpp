@@ -19,7 +19,50 @@ Channel::~Channel() {
 bool Channel::send(const nlohmann::json& message) {
   const std::string line = message.dump() + "\n";
   std::lock_guard<std::mutex> lock(send_mu_);
+  if (!unsent_.empty()) {  // whole lines only: what is queued goes first
+    if (!write_all(fd_, unsent_)) return false;
+    unsent_.clear();
+  }
   return write_all(fd_, line);
+}
+
+bool Channel::send_droppable(const nlohmann::json& message, size_t limit) {
+  std::string line = message.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  line += '\n';
+  // Another thread (an elastic job's heartbeats) may be waiting on a full socket: never wait for it.
+  std::unique_lock<std::mutex> lock(send_mu_, std::try_to_lock);
+  if (!lock.owns_lock()) {
+    ++dropped_;
+    return false;
+  }
+  if (!flush_locked()) return false;
+  if (unsent_.size() + line.size() > limit) {
+    ++dropped_;
+    return false;
+  }
+  unsent_ += line;
+  return flush_locked();
+}
+
+bool Channel::flush() {
+  std::unique_lock<std::mutex> lock(send_mu_, std::try_to_lock);
+  return !lock.owns_lock() || flush_locked();  // busy: the other sender flushes the queue first
+}
+
+bool Channel::flush_locked() {
+  while (!unsent_.empty()) {
+    const ssize_t n = ::send(fd_, unsent_.data(), unsent_.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      unsent_.erase(0, static_cast<size_t>(n));
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      return true;  // the rest later
+    } else {
+      return false;
+    }
+  }
+  return true;
 }
 
 bool Channel::receive(std::vector<nlohmann::json>& out) {

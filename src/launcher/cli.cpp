@@ -51,6 +51,25 @@ CLI::App* add_run_command(CLI::App& app, RunOptions& o) {
       ->capture_default_str();
   run->add_option("--node-timeout", o.node_timeout_s, "Seconds of silence after which an elastic job's agent counts as lost")
       ->capture_default_str();
+  // Monitoring (docs/monitoring.md).
+  run->add_option("--run-dir", o.run_dir,
+                  "Where the event log (events.jsonl) and dashboard.url go (default: --log-dir, else "
+                  "cohort-runs/<YYYYmmdd-HHMMSS>-<pid> in the current directory)");
+  run->add_option("--dashboard-port", o.dashboard_port, "Port of the live dashboard and /metrics (0: a free one)")
+      ->capture_default_str();
+  run->add_flag("--no-dashboard", o.no_dashboard, "Serve no dashboard (the event log is still written)");
+  run->add_option("--dashboard-host", o.dashboard_host,
+                  "Address the dashboard binds to; anything but loopback needs --dashboard-token")
+      ->capture_default_str();
+  run->add_option("--dashboard-token", o.dashboard_token,
+                  "Token every dashboard request must carry (default: $COHORT_DASHBOARD_TOKEN)");
+  run->add_option("--on-nan", o.on_nan, "What workers do on a NaN/Inf loss or gradient: stop, skip or warn (default: stop)")
+      ->check(CLI::IsMember({"stop", "skip", "warn"}));
+  run->add_option("--stall-timeout", o.stall_timeout_s, "Seconds without a step on any rank before a stall is reported (0: off)")
+      ->capture_default_str();
+  run->add_option("--straggler-factor", o.straggler_factor,
+                  "A rank busy this many times longer than the others' median is a straggler")
+      ->capture_default_str();
   return run;
 }
 

@@ -11,6 +11,8 @@
 
 #include <poll.h>
 
+#include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -60,6 +62,14 @@ class Coordinator {
   /// The job ends here for a reason found outside supervision (an interrupt between rounds, workers
   /// that could not start): tells the other nodes to stop for good, with the summary to print.
   virtual void abort(const std::string& summary) = 0;
+
+  // --- monitoring (job_monitor.h): workers' metrics and events travel to the leading agent ---
+  /// Another node's agent: sends one of its workers' "metrics"/"event" messages to node 0 as
+  /// {"type":"monitor","node":n,"m":{...}}, never waiting (dropped when the link is backed up).
+  virtual void forward_monitor(const nlohmann::json& /*message*/, int /*node*/) {}
+  /// Node 0 (the leader): where the messages that other nodes forwarded go, as they are read.
+  using MonitorSink = std::function<void(const nlohmann::json& message, int node)>;
+  virtual void set_monitor_sink(MonitorSink /*sink*/) {}
 };
 
 /// One node: no peers, decisions are local.

@@ -146,11 +146,17 @@ class ElasticHost : public Coordinator, private RosterEvents {
 
   void abort(const std::string& summary) override { end_job(summary, std::nullopt); }
 
+  void set_monitor_sink(MonitorSink sink) override { sink_ = std::move(sink); }
+
  private:
   // --- what the roster reports ---
   void on_message(RosterNode& n, const nlohmann::json& m) override {
-    if (!n.seated || round_of(m) != own_.round) return;  // spares have no say; late news of old rounds
     const std::string type = m.value("type", "");
+    if (type == "monitor") {  // a worker's metrics or event, forwarded: to the hub, whatever the round
+      if (sink_ && m.contains("m")) sink_(m["m"], m.value("node", n.node_rank));
+      return;
+    }
+    if (!n.seated || round_of(m) != own_.round) return;  // spares have no say; late news of old rounds
     if (type == "done") n.done = true;
     if (type == "stopped") n.stopped = true;
     if (type == "fail" && !failure_event_ && !failure_) {
@@ -310,6 +316,7 @@ class ElasticHost : public Coordinator, private RosterEvents {
   std::optional<std::string> abort_;        // a member ended the job (interrupted)
   std::vector<std::string> lost_;           // seated nodes lost before they were done
   std::optional<RoundEnd> ended_;           // the job is over
+  MonitorSink sink_;                        // where forwarded worker messages go (the hub)
 };
 
 }  // namespace

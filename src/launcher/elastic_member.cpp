@@ -135,6 +135,10 @@ class ElasticMember : public Coordinator {
     send({{"type", "abort"}, {"round", own_.round}, {"summary", summary}});
   }
 
+  void forward_monitor(const nlohmann::json& message, int node) override {
+    if (link_ && !host_lost_) link_->channel->send_droppable({{"type", "monitor"}, {"node", node}, {"m", message}});
+  }
+
  private:
   void send(const nlohmann::json& message) {
     if (link_) link_->channel->send(message);
@@ -151,6 +155,7 @@ class ElasticMember : public Coordinator {
   // What the host sent, and whether it is still there.
   void service(const std::vector<pollfd>& fds) {
     if (!link_ || host_lost_) return;
+    link_->channel->flush();  // forwarded metrics still queued (forward_monitor)
     std::vector<nlohmann::json> messages;
     const bool open = !is_ready(fds, link_->fd()) || link_->receive(messages);
     for (const auto& m : messages) {

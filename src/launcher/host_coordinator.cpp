@@ -28,6 +28,7 @@ class HostCoordinator : public Coordinator {
       std::vector<nlohmann::json> messages;
       bool open = m.link.channel->receive(messages);
       for (const auto& msg : messages) {
+        if (take_monitor(msg, m.link.node_rank)) continue;
         if (round_of(msg) != own_.round) continue;  // late news about an earlier round
         const std::string type = msg.value("type", "");
         if (type == "done") m.done = true;
@@ -86,6 +87,7 @@ class HostCoordinator : public Coordinator {
         std::vector<nlohmann::json> messages;
         bool open = m.link.channel->receive(messages);
         for (const auto& msg : messages) {
+          if (take_monitor(msg, m.link.node_rank)) continue;
           if (round_of(msg) != own_.round) continue;
           const std::string type = msg.value("type", "");
           if (type == "stopped") m.stopped = true;
@@ -112,7 +114,16 @@ class HostCoordinator : public Coordinator {
     broadcast({{"type", "stop"}, {"round", own_.round}, {"restart", false}, {"summary", summary}});
   }
 
+  void set_monitor_sink(MonitorSink sink) override { sink_ = std::move(sink); }
+
  private:
+  // A worker's message that node `node` forwarded: to the hub, whatever the round.
+  bool take_monitor(const nlohmann::json& msg, int node) {
+    if (msg.value("type", "") != "monitor") return false;
+    if (sink_ && msg.contains("m")) sink_(msg["m"], msg.value("node", node));
+    return true;
+  }
+
   struct Member {
     PeerLink link;
     bool done = false;
@@ -141,6 +152,7 @@ class HostCoordinator : public Coordinator {
   double barrier_timeout_s_;
   RoundEnd end_;
   bool done_ = false;
+  MonitorSink sink_;
 };
 
 }  // namespace

@@ -23,6 +23,7 @@ class MemberCoordinator : public Coordinator {
   }
 
   std::optional<PeerEvent> handle(const std::vector<pollfd>& fds) override {
+    if (host_) host_->flush();  // forwarded metrics still queued (forward_monitor)
     if (!host_ || !is_ready(fds, host_->fd())) return std::nullopt;
     std::optional<PeerEvent> event;
     bool open = receive([&](const nlohmann::json& msg, const std::string& type) {
@@ -113,6 +114,10 @@ class MemberCoordinator : public Coordinator {
 
   void abort(const std::string& summary) override {
     send({{"type", "abort"}, {"round", own_.round}, {"summary", summary}});
+  }
+
+  void forward_monitor(const nlohmann::json& message, int node) override {
+    if (host_) host_->send_droppable({{"type", "monitor"}, {"node", node}, {"m", message}});
   }
 
  private:

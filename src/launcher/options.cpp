@@ -2,6 +2,7 @@
 #include "options.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "cohort/error.h"
@@ -18,6 +19,11 @@ void require(bool ok, const std::string& message) {
 }
 
 }  // namespace
+
+bool is_loopback_host(const std::string& host) {
+  if (host == "localhost" || host == "::1" || host == "[::1]") return true;
+  return host.rfind("127.", 0) == 0;
+}
 
 void finalize_options(RunOptions& o) {
   finalize_elastic_options(o);  // first: an elastic job's --nnodes MIN:MAX becomes MAX for the checks below
@@ -38,6 +44,20 @@ void finalize_options(RunOptions& o) {
           "--master-port " + std::to_string(o.master_port) + " is not a TCP port (1..65535)");
   require(o.nnodes == 1 || o.master_port < 65535,
           "--master-port 65535 leaves no port for the agents (they use --master-port + 1)");
+  require(o.on_nan.empty() || o.on_nan == "stop" || o.on_nan == "skip" || o.on_nan == "warn",
+          "--on-nan '" + o.on_nan + "' must be stop, skip or warn");
+  require(o.dashboard_port >= 0 && o.dashboard_port <= 65535,
+          "--dashboard-port " + std::to_string(o.dashboard_port) + " is not a TCP port (0..65535; 0: any free one)");
+  require(o.stall_timeout_s >= 0, "--stall-timeout must not be negative (0 turns stall detection off)");
+  require(o.straggler_factor > 1, "--straggler-factor must be greater than 1");
+  require(!o.dashboard_host.empty(), "--dashboard-host must not be empty");
+  if (o.dashboard_token.empty()) {
+    if (const char* t = std::getenv("COHORT_DASHBOARD_TOKEN"); t && *t) o.dashboard_token = t;
+  }
+  require(o.no_dashboard || !o.dashboard_token.empty() || is_loopback_host(o.dashboard_host),
+          "--dashboard-host " + o.dashboard_host +
+              " is not a loopback address: the dashboard would be reachable from other machines, so it needs a "
+              "token (--dashboard-token T or COHORT_DASHBOARD_TOKEN) that every request must carry");
   require(!o.command.empty(), "no program given: usage is cohort run [options] [--] PROGRAM [ARGS...]");
 
   o.master_addr = resolve_ipv4(o.master_addr);

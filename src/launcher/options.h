@@ -33,12 +33,25 @@ struct RunOptions {
   std::string rdzv_role = "auto"; // auto: host when this machine can listen at the endpoint
   double rdzv_settle_s = 5;       // once MIN nodes joined, wait this long for more (up to MAX)
   double node_timeout_s = 5;      // an agent silent this long is lost (heartbeats every fifth of it)
+  // Monitoring (docs/monitoring.md): the leading agent logs events and serves the dashboard.
+  std::string run_dir;            // events.jsonl, dashboard.url; empty: --log-dir, else cohort-runs/<time>-<pid>
+  int dashboard_port = 0;         // 0: a free port the kernel picks
+  bool no_dashboard = false;      // --no-dashboard: log only
+  std::string dashboard_host = "127.0.0.1";
+  std::string dashboard_token;    // --dashboard-token, else $COHORT_DASHBOARD_TOKEN; required off loopback
+  std::string on_nan;             // stop, skip or warn: COHORT_ON_NAN for the workers; empty: theirs (stop)
+  double stall_timeout_s = 60;    // no step anywhere this long: a "stall" anomaly (0: off)
+  double straggler_factor = 1.5;  // busy time above this x the other ranks' median: a straggler
 };
 
 /// The port the agents coordinate on (node 0 listens there): the store's port + 1.
 inline int agent_port(const RunOptions& o) { return o.master_port + 1; }
 
-/// Fills defaults (nproc, threads, port, program path) and validates; throws cohort::ConfigError.
+/// Fills defaults (nproc, threads, port, program path, dashboard token) and validates; throws
+/// cohort::ConfigError. The run directory's default is made later, by the agent that leads.
 void finalize_options(RunOptions& options);
+
+/// True for a loopback address ("127.0.0.1", any 127.x, "localhost", "::1").
+bool is_loopback_host(const std::string& host);
 
 }  // namespace cohort::launcher

@@ -7,6 +7,7 @@
 #include "coordinator.h"
 #include "flight_dumps.h"
 #include "hang_detector.h"
+#include "job_monitor.h"
 #include "signal_pipe.h"
 #include "watch.h"
 #include "worker_group.h"
@@ -25,13 +26,23 @@ Outcome::Kind outcome_of(PeerEvent::Kind kind) {
   return Outcome::peer_lost;
 }
 
-// The heartbeats that arrived, fed to the hang rule; messages of workers that ended, or of an
-// earlier round's workers, are dropped.
-void take_heartbeats(WorkerLink& link, WorkerGroup& workers, HangDetector& hangs) {
+bool in_group(WorkerGroup& workers, int64_t pid) {
+  for (const Worker& w : workers.workers()) {
+    if (w.pid == static_cast<pid_t>(pid)) return true;
+  }
+  return false;
+}
+
+// The messages that arrived: heartbeats to the hang rule (those of workers that ended, or of an
+// earlier round's workers, are dropped), metrics and events to the monitor (this round's workers',
+// also the last ones of a worker that just exited).
+void take_messages(WorkerLink& link, WorkerGroup& workers, HangDetector& hangs, JobMonitor* monitor) {
   const auto now = HangDetector::clock::now();
-  for (const WorkerMessage& m : link.receive()) {
+  for (WorkerMessage& m : link.receive()) {
     if (m.type == "heartbeat" && workers.running(static_cast<pid_t>(m.pid))) {
       hangs.heard(static_cast<pid_t>(m.pid), m.heartbeat, now);
+    } else if (monitor && m.body.is_object() && in_group(workers, m.pid)) {
+      monitor->worker_message(m.body);
     }
   }
 }
@@ -39,7 +50,7 @@ void take_heartbeats(WorkerLink& link, WorkerGroup& workers, HangDetector& hangs
 }  // namespace
 
 Outcome supervise(WorkerGroup& workers, Coordinator& coordinator, SignalPipe& signals, int round,
-                  const Watch* watch) {
+                  const Watch* watch, JobMonitor* monitor) {
   WorkerLink* link = watch ? watch->link.get() : nullptr;
   HangDetector hangs(watch ? watch->hang_timeout_s : 0);
   bool reported_done = false;
@@ -55,6 +66,9 @@ Outcome supervise(WorkerGroup& workers, Coordinator& coordinator, SignalPipe& si
       // SIGCHLD only wakes the loop; reap() below looks at every worker anyway.
     }
     workers.pump(fds);
+    // Before reaping: a worker's last metrics (a NaN that made it stop) come before its failure.
+    if (link) take_messages(*link, workers, hangs, monitor);
+    if (monitor) monitor->tick();
     for (size_t i : workers.reap()) {
       const Worker& w = workers.workers()[i];
       hangs.forget(w.pid);  // a worker that finished is not silent
@@ -72,7 +86,6 @@ Outcome supervise(WorkerGroup& workers, Coordinator& coordinator, SignalPipe& si
 
     // Hangs: a worker that stopped sending heartbeats, or stopped making progress, fails the round.
     if (!link) continue;
-    take_heartbeats(*link, workers, hangs);
     if (auto hang = hangs.check(HangDetector::clock::now())) {
       Worker* w = workers.running(hang->pid);
       if (w == nullptr) continue;  // cannot happen: hangs only knows running workers

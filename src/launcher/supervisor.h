@@ -6,6 +6,8 @@
 // restarts. The workers' heartbeats arrive on the worker link (watch.h) in the same poll; a worker
 // the hang rule (hang_detector.h, --hang-timeout) finds hung becomes a worker_failed Outcome like a
 // crash, its `how` saying so, its summary naming where the flight records go (flight_dumps.h).
+// The workers' "metrics" and "event" messages arrive on the same link and go to the JobMonitor
+// (job_monitor.h), which also gets a tick every turn (the stall rule).
 #pragma once
 
 #include "round.h"
@@ -16,9 +18,11 @@ class WorkerGroup;
 class Coordinator;
 class SignalPipe;
 struct Watch;
+class JobMonitor;
 
 /// Supervises round `round` (stamped on a worker failure) until it ends. `watch` null: exits only.
+/// `monitor` null: the workers' metrics and events are dropped.
 Outcome supervise(WorkerGroup& workers, Coordinator& coordinator, SignalPipe& signals, int round,
-                  const Watch* watch = nullptr);
+                  const Watch* watch = nullptr, JobMonitor* monitor = nullptr);
 
 }  // namespace cohort::launcher

@@ -121,7 +121,7 @@ std::vector<WorkerMessage> WorkerLink::receive() {
     const ssize_t n = ::recvfrom(fd_, buf, sizeof(buf), MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&from), &from_len);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) break;  // nothing more queued
-    const auto j = nlohmann::json::parse(buf, buf + n, nullptr, /*allow_exceptions=*/false);
+    auto j = nlohmann::json::parse(buf, buf + n, nullptr, /*allow_exceptions=*/false);
     if (!j.is_object() || !j.contains("pid") || !j["pid"].is_number_integer()) continue;
     WorkerMessage m;
     m.type = j.value("type", "");
@@ -139,6 +139,8 @@ std::vector<WorkerMessage> WorkerLink::receive() {
       }
     } else if (m.type == "dumped") {
       m.path = j.value("path", "");
+    } else if (m.type == "metrics" || m.type == "event") {
+      m.body = std::move(j);
     }
     const size_t path_len =
         from_len > offsetof(sockaddr_un, sun_path) ? from_len - offsetof(sockaddr_un, sun_path) : 0;

@@ -12,13 +12,14 @@
 // unless flight records were written into it. The agent holds a flock on agent.lock in it while it
 // lives, so that the next agent removes what one killed by SIGKILL left behind.
 // Deliberately not here: what a heartbeat means (hang_detector.h), the dump protocol
-// (flight_dumps.h). The monitoring issue's metrics arrive here as further message types.
+// (flight_dumps.h), what metrics and events mean (monitor/hub.h: the message keeps its JSON).
 #pragma once
 
 #include <sys/types.h>
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,7 @@ struct WorkerMessage {
   int rank = -1;
   Heartbeat heartbeat;  // type "heartbeat"
   std::string path;     // type "dumped": the file written
+  nlohmann::json body;  // types "metrics" and "event" (monitoring): the whole message, for the hub
 };
 
 class WorkerLink {

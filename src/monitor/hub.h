@@ -68,9 +68,11 @@ class Hub {
 
   // ---- outputs (any thread) ----
   /// Everything the page needs to draw from scratch: job (name, state, world_size, round,
-  /// restarts, step, samples_per_s, started_at), ranks [{rank, node, state, reason, step,
-  /// step_s, phases, samples_per_s, scalars, grad_norm, rss_bytes, busbw, straggler}], history
-  /// [{step, t, loss, samples_per_s}], rank_history {rank: [{step, step_s, phases}]}, events [...].
+  /// restarts, step, samples_per_s, started_at, run_dir), ranks [{rank, node, state, reason, step,
+  /// step_s, phases, samples_per_s, scalars, grad_norm, rss_bytes, cuda_bytes, busbw, t,
+  /// straggler (bool), slow_phase}], history [{step, t, loss, samples_per_s}], rank_history
+  /// {rank: [{step, step_s, phases}]}, events [...], anomalies_total {kind: n}, events_total
+  /// {kind: n}. Non-finite values stay the strings the workers sent ("nan", "inf"); null: unknown.
   nlohmann::json snapshot() const;
   /// The Prometheus text exposition (format 0.0.4).
   std::string prometheus_text() const;
@@ -85,6 +87,10 @@ class Hub {
   /// without re-logging them; returns the number of lines read. Throws cohort::ConfigError
   /// naming the file when it cannot be read.
   size_t replay_file(const std::string& events_jsonl);
+  /// The same for lines already in memory (e.g. what a followed log grew by since the last read):
+  /// complete lines, newline-separated. Replayed lines are also streamed to the subscribers
+  /// (as "metrics"/"event"/"state"), so a page follows a log that is still being written.
+  size_t replay_text(const std::string& lines);
 
  private:
   struct State;

@@ -5,6 +5,7 @@
 #include "cohort/context.h"
 #include "cohort/error.h"
 #include "grad_reducer.h"
+#include "monitor/worker_monitor.h"
 #include "replica_sync.h"
 
 namespace cohort::detail {
@@ -16,6 +17,7 @@ struct DataParallelCore::Impl {
   std::vector<torch::Tensor> params;   // all parameters (broadcast, in-sync check)
   std::vector<torch::Tensor> buffers;
   std::shared_ptr<GradReducer> reducer;
+  StepMonitor* monitor = nullptr;  // the one current at construction (cohort/monitor.h)
 };
 
 DataParallelCore::DataParallelCore(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Context> ctx,
@@ -52,8 +54,11 @@ DataParallelCore::DataParallelCore(std::shared_ptr<torch::nn::Module> module, st
   std::vector<torch::Tensor> state = impl_->params;
   state.insert(state.end(), impl_->buffers.begin(), impl_->buffers.end());
   broadcast_from_rank0(group, state, static_cast<int64_t>(options.bucket_cap_mb * 1024 * 1024) + 1);
+  impl_->monitor = &current_step_monitor();
+  impl_->monitor->set_identity(c.rank(), c.world_size(), c.env().restart_count);
+  if (device.is_cuda()) impl_->monitor->note_cuda_device(std::max<int>(0, device.index()));
   impl_->reducer = GradReducer::create(std::move(trainable), c.group(device), c.shm_allreduce(), c.rank(),
-                                       c.world_size(), options);
+                                       c.world_size(), options, impl_->monitor);
 }
 
 DataParallelCore::~DataParallelCore() = default;
@@ -64,6 +69,17 @@ void DataParallelCore::before_forward() {
     broadcast_from_rank0(*impl_->ctx->group(impl_->buffers.front().device()), impl_->buffers,
                          static_cast<int64_t>(impl_->options.bucket_cap_mb * 1024 * 1024) + 1);
   }
+}
+
+bool DataParallelCore::forward_begin(int64_t samples) {
+  // Only training forwards: an evaluation inside the loop stays in the phase it happens in.
+  if (!impl_->monitor->enabled() || !torch::GradMode::is_enabled() || !impl_->module->is_training()) return false;
+  impl_->monitor->forward_begin(samples);
+  return true;
+}
+
+void DataParallelCore::forward_end(bool marked) {
+  if (marked) impl_->monitor->mark(Phase::backward);
 }
 
 void DataParallelCore::set_sync(bool enabled) { impl_->reducer->set_sync(enabled); }

@@ -13,21 +13,22 @@ namespace cohort::detail {
 
 std::shared_ptr<GradReducer> GradReducer::create(std::vector<Param> params, c10::intrusive_ptr<Backend> group,
                                                  ShmAllreduce* shm, int rank, int world_size,
-                                                 const DDPOptions& options) {
+                                                 const DDPOptions& options, StepMonitor* monitor) {
   std::shared_ptr<GradReducer> r(
-      new GradReducer(std::move(params), std::move(group), shm, rank, world_size, options));
+      new GradReducer(std::move(params), std::move(group), shm, rank, world_size, options, monitor));
   r->attach_hooks();  // needs shared_from_this, so not in the constructor
   return r;
 }
 
 GradReducer::GradReducer(std::vector<Param> params, c10::intrusive_ptr<Backend> group, ShmAllreduce* shm, int rank,
-                         int world_size, const DDPOptions& options)
+                         int world_size, const DDPOptions& options, StepMonitor* monitor)
     : params_(std::move(params)),
       group_(std::move(group)),
       shm_(shm),
       rank_(rank),
       world_(world_size),
-      options_(options) {
+      options_(options),
+      monitor_(monitor) {
   if (options_.bucket_cap_mb <= 0 || options_.first_bucket_cap_mb <= 0) {
     throw ConfigError(rank_, "DDP bucket_cap_mb and first_bucket_cap_mb must be positive");
   }
@@ -213,11 +214,12 @@ void GradReducer::launch_ready_buckets(bool from_hook) {
     (from_hook ? stats_.buckets_launched_in_backward : stats_.buckets_launched_at_end)++;
     if (world_ == 1) continue;  // alone: the bucket already holds the average and the used flags
     if (shm_ && ShmAllreduce::supports(b.flat)) {
-      b.shm_work = shm_->allreduce_async(b.flat, 1.0 / world_, "ddp bucket", k);  // averages within its sum pass
+      // averages within its sum pass
+      b.shm_work = shm_->allreduce_async(b.flat, 1.0 / world_, "ddp bucket", k, /*gradient=*/true);
     } else {
       b.flat.div_(world_);  // average before summing, as PyTorch does (keeps fp16 in range)
       std::vector<torch::Tensor> tensors{b.flat};
-      b.flight_seq = flight_record(flight_op("allreduce", "ddp bucket", k, b.flat));
+      b.flight_seq = flight_record(flight_op("allreduce", "ddp bucket", k, b.flat, nullptr, /*gradient=*/true));
       b.work = group_->allreduce(tensors);
     }
     stats_.bytes_allreduced += b.flat.numel() * static_cast<int64_t>(b.flat.element_size());
@@ -252,6 +254,7 @@ void GradReducer::wait(WorkHandle& work, const char* what) {
 
 void GradReducer::finish_iteration() {
   OnExit reset{[this] { reset_iteration(); }};
+  if (monitor_) monitor_->mark(Phase::comm_wait);  // backward compute ends here
   // Complete the buckets whose parameters got no gradient in this backward: a gradient
   // accumulated under no_sync still counts; otherwise the parameter contributes zeros.
   for (auto& b : buckets_) {
@@ -285,10 +288,40 @@ void GradReducer::finish_iteration() {
   }
   stats_.sync_iterations++;
   note_ddp_iteration();  // the agent's progress counter (heartbeats, --hang-timeout)
+  if (monitor_) {
+    monitor_->mark(Phase::optimizer);  // communication is done
+    if (monitor_->wants_grad_norm()) {
+      // The averaged gradients, without the used-flag tails. Parameters no rank used hold zeros
+      // here (their own gradients stay as they were) and add nothing.
+      std::vector<torch::Tensor> averaged;
+      averaged.reserve(buckets_.size());
+      for (auto& b : buckets_) averaged.push_back(b.flat.narrow(0, 0, b.numel));
+      check_grad_norm(averaged);
+    }
+  }
+}
+
+// The norm of all `averaged` tensors together; the monitor's verdict on it: AnomalyError (stop,
+// thrown from backward), or drop every gradient (skip).
+void GradReducer::check_grad_norm(const std::vector<torch::Tensor>& averaged) {
+  if (averaged.empty()) return;
+  const auto begin = std::chrono::steady_clock::now();
+  OnExit count{[&] {
+    monitor_->add_overhead_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - begin).count());
+  }};
+  std::vector<torch::Tensor> norms;
+  norms.reserve(averaged.size());
+  for (const auto& t : averaged) norms.push_back(t.norm().to(torch::kFloat));
+  const double norm = (norms.size() == 1 ? norms[0] : torch::stack(norms).norm()).item<double>();
+  if (monitor_->check_grad_norm(norm, rank_)) {
+    // on_nan=skip: libtorch's optimizers skip parameters without a gradient, on every rank alike.
+    for (auto& p : params_) p.tensor.mutable_grad() = torch::Tensor();
+  }
 }
 
 void GradReducer::finish_reference() {
   OnExit reset{[this] { reset_iteration(); }};
+  if (monitor_) monitor_->mark(Phase::comm_wait);
   torch::NoGradGuard no_grad;
   // One flag per parameter first, so that a parameter no rank used keeps its gradient.
   std::vector<float> local_used(params_.size(), 0.0f);
@@ -312,7 +345,8 @@ void GradReducer::finish_reference() {
     torch::Tensor grad = local ? param.grad() : torch::zeros_like(param);
     grad.div_(world_);
     std::vector<torch::Tensor> tensors{grad};
-    FlightScope entry(flight_op("allreduce", "ddp reference gradient", static_cast<int32_t>(i), grad));
+    FlightScope entry(flight_op("allreduce", "ddp reference gradient", static_cast<int32_t>(i), grad, nullptr,
+                                /*gradient=*/true));
     auto w = group_->allreduce(tensors);
     wait(w, "gradient allreduce");
     entry.done();
@@ -321,6 +355,15 @@ void GradReducer::finish_reference() {
   }
   stats_.sync_iterations++;
   note_ddp_iteration();
+  if (monitor_) {
+    monitor_->mark(Phase::optimizer);
+    if (monitor_->wants_grad_norm()) {
+      std::vector<torch::Tensor> averaged;
+      for (size_t i = 0; i < params_.size(); ++i)
+        if (used_by[i] > 0 && params_[i].tensor.grad().defined()) averaged.push_back(params_[i].tensor.grad());
+      check_grad_norm(averaged);
+    }
+  }
 }
 
 }  // namespace cohort::detail

@@ -10,6 +10,13 @@
 // parameter, summed with the gradients, so that a parameter no rank used keeps its gradient.
 //
 // Reference mode skips buckets: at the end of backward, one allreduce per gradient, in order.
+//
+// Monitoring (cohort/monitor.h): the end-of-backward callback marks the end of backward compute
+// (comm_wait begins) and, once every bucket was waited for, the end of communication (optimizer
+// begins). Then the global L2 norm of the averaged gradients is computed from the buckets (the
+// same bytes on every rank, so the same norm) and handed to the monitor, whose NaN policy may
+// throw AnomalyError (stop) or have every gradient dropped (skip: the optimizer then skips the
+// step; the next backward re-aliases the gradients to the buckets).
 #pragma once
 
 #include <torch/torch.h>
@@ -21,6 +28,7 @@
 
 #include "cohort/distributed_data_parallel.h"
 #include "cohort/torch_compat.h"
+#include "monitor/worker_monitor.h"
 #include "runtime/shm_allreduce.h"
 
 namespace cohort::detail {
@@ -33,8 +41,10 @@ class GradReducer : public std::enable_shared_from_this<GradReducer> {
   };
 
   /// `shm` (may be null) reduces CPU float buckets through shared memory instead of `group`.
+  /// `monitor` (may be null) receives the phase marks and the gradient norm.
   static std::shared_ptr<GradReducer> create(std::vector<Param> params, c10::intrusive_ptr<Backend> group,
-                                             ShmAllreduce* shm, int rank, int world_size, const DDPOptions& options);
+                                             ShmAllreduce* shm, int rank, int world_size, const DDPOptions& options,
+                                             StepMonitor* monitor = nullptr);
   ~GradReducer();
 
   void set_sync(bool enabled);
@@ -65,7 +75,8 @@ class GradReducer : public std::enable_shared_from_this<GradReducer> {
   };
 
   GradReducer(std::vector<Param> params, c10::intrusive_ptr<Backend> group, ShmAllreduce* shm, int rank,
-              int world_size, const DDPOptions& options);
+              int world_size, const DDPOptions& options, StepMonitor* monitor);
+  void check_grad_norm(const std::vector<torch::Tensor>& averaged);
   void build_buckets();
   void attach_hooks();
   void on_grad_ready(size_t index);
@@ -86,6 +97,7 @@ class GradReducer : public std::enable_shared_from_this<GradReducer> {
   int rank_;
   int world_;
   DDPOptions options_;
+  StepMonitor* monitor_;
 
   mutable std::mutex mu_;
   bool sync_ = true;

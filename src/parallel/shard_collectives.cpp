@@ -2,6 +2,7 @@
 
 #include "cohort/error.h"
 #include "ring_reduce_scatter.h"
+#include "runtime/flight_op.h"
 
 namespace cohort::detail {
 
@@ -51,19 +52,21 @@ void ShardCollectives::wait(WorkHandle work, const char* what) {
   }
 }
 
-void ShardCollectives::allreduce(torch::Tensor t, double scale) {
+void ShardCollectives::allreduce(torch::Tensor t, double scale, bool gradient) {
   torch::NoGradGuard no_grad;
   if (world_ == 1) {
     if (scale != 1.0) t.mul_(scale);
     return;
   }
   if (shm_ && ShmAllreduce::supports(t)) {
-    shm_->allreduce_async(t, scale)->wait();
+    shm_->allreduce_async(t, scale, "sharded gradient", -1, gradient)->wait();
     return;
   }
   if (scale != 1.0) t.mul_(scale);  // before the sum, as DDP does (keeps fp16 in range)
   std::vector<torch::Tensor> tensors{t};
+  FlightScope entry(flight_op("allreduce", "sharded gradient", -1, t, nullptr, gradient));
   wait(group_->allreduce(tensors), "allreduce");
+  entry.done();
 }
 
 void ShardCollectives::reduce_scatter_avg(torch::Tensor flat, torch::Tensor out) {
@@ -72,17 +75,22 @@ void ShardCollectives::reduce_scatter_avg(torch::Tensor flat, torch::Tensor out)
   switch (rs_) {
     case ReduceScatterAlgo::native: {
       flat.div_(world_);
+      FlightScope entry(flight_op("reduce_scatter", "sharded gradient", -1, flat, nullptr, /*gradient=*/true));
       wait(native_reduce_scatter(*group_, out, flat), "reduce-scatter");
+      entry.done();
       return;
     }
     case ReduceScatterAlgo::allreduce_slice:
       allreduce(flat, 1.0 / world_);
       out.copy_(flat.narrow(0, rank_ * chunk, chunk));
       return;
-    default:
+    default: {
       flat.div_(world_);
+      FlightScope entry(flight_op("reduce_scatter", "sharded gradient (ring)", -1, flat, nullptr, /*gradient=*/true));
       ring_reduce_scatter(*group_, rank_, world_, flat, tag_++);
+      entry.done();
       out.copy_(flat.narrow(0, rank_ * chunk, chunk));
+    }
   }
 }
 
@@ -98,19 +106,22 @@ void ShardCollectives::allgather(torch::Tensor shard, torch::Tensor full) {
     if (own.data_ptr() != shard.data_ptr()) own.copy_(shard);
     if (rank_ > 0) full.narrow(0, 0, rank_ * chunk).zero_();
     if (rank_ + 1 < world_) full.narrow(0, (rank_ + 1) * chunk, (world_ - rank_ - 1) * chunk).zero_();
-    shm_->allreduce_async(full, 1.0)->wait();
+    shm_->allreduce_async(full, 1.0, "sharded allgather")->wait();
     return;
   }
   torch::Tensor input = shard.detach();
   if (input.data_ptr() == own.data_ptr()) input = input.clone();  // Gloo reads and writes: keep them apart
+  FlightScope entry(flight_op("allgather", "sharded parameters", -1, full));
   if (native_ag_) {
     wait(native_allgather(*group_, full, input), "allgather");
+    entry.done();
     return;
   }
   std::vector<torch::Tensor> inputs{input};
   std::vector<std::vector<torch::Tensor>> outputs(1);
   for (int r = 0; r < world_; ++r) outputs[0].push_back(full.narrow(0, r * chunk, chunk));
   wait(group_->allgather(outputs, inputs), "allgather");
+  entry.done();
 }
 
 }  // namespace cohort::detail

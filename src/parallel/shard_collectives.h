@@ -12,6 +12,8 @@
 //     shm_allreduce   zero full, write the own shard, sum over ranks in shared memory
 //     native          the backend's _allgather_base (NCCL)
 // docs/sharded.md lists the measured speeds that set the `automatic` choices.
+// Every collective is recorded in the flight recorder (the shared-memory engine records its own),
+// which gives the monitor its bytes and communication time.
 #pragma once
 
 #include <torch/torch.h>
@@ -34,7 +36,8 @@ class ShardCollectives {
   void reduce_scatter_avg(torch::Tensor flat, torch::Tensor out);
   void allgather(torch::Tensor shard, torch::Tensor full);
   /// Sum over ranks, in place (gradient norms, level 1's gradients). `scale` multiplies the sum.
-  void allreduce(torch::Tensor t, double scale = 1.0);
+  /// `gradient`: a gradient reduction (the monitor's comm_s counts its time in flight).
+  void allreduce(torch::Tensor t, double scale = 1.0, bool gradient = true);
 
   ReduceScatterAlgo reduce_scatter_algo() const { return rs_; }
   AllgatherAlgo allgather_algo() const { return ag_; }

@@ -75,6 +75,9 @@ ShardedCore::ShardedCore(std::shared_ptr<torch::nn::Module> module, bool is_sequ
     m.shards.push_back(unit->shard());
     m.units.push_back(std::move(unit));
   }
+  m.monitor = &current_step_monitor();
+  m.monitor->set_identity(m.rank, m.world, c.env().restart_count);
+  if (device.is_cuda()) m.monitor->note_cuda_device(std::max<int>(0, device.index()));
   m.state.resize(m.units.size());
   m.stats.num_units = static_cast<int64_t>(m.units.size());
   m.attach_hooks();
@@ -186,6 +189,17 @@ void ShardedCore::before_forward() {
   // Levels 1, 2 (and level 3 with one unit): every unit whose shard changed since it was gathered.
   for (size_t u = 0; u < m.units.size(); ++u) m.request_gather(u);
   for (size_t u = 0; u < m.units.size(); ++u) m.ensure_gathered(u);
+}
+
+bool ShardedCore::forward_begin(int64_t samples) {
+  Impl& m = *impl_;
+  if (!m.monitor->enabled() || !torch::GradMode::is_enabled() || !m.module->is_training()) return false;
+  m.monitor->forward_begin(samples);
+  return true;
+}
+
+void ShardedCore::forward_end(bool marked) {
+  if (marked) impl_->monitor->mark(Phase::backward);
 }
 
 void ShardedCore::after_forward() {
@@ -332,6 +346,7 @@ void ShardedCore::Impl::launch(size_t u) {
 
 void ShardedCore::Impl::finish_iteration() {
   OnExit reset{[this] { reset_iteration(); }};
+  if (sync) monitor->mark(Phase::comm_wait);  // backward compute ends here
   std::exception_ptr error;
   if (sync) {
     // Units some of whose parameters got no gradient in this backward.
@@ -360,6 +375,7 @@ void ShardedCore::Impl::finish_iteration() {
   if (sync) {
     stats.sync_iterations++;
     for (auto& unit : units) unit->stale = true;  // the optimizer steps next
+    monitor->mark(Phase::optimizer);              // communication is done
   }
   if (error) std::rethrow_exception(error);
 }
@@ -401,6 +417,11 @@ double ShardedCore::clip_grad_norm(double max_norm, double norm_type) {
     group->allreduce(tensors, opts)->wait();
   }).get();
   const double total = inf ? t.item<double>() : std::pow(t.item<double>(), 1.0 / norm_type);
+  // The monitor's gradient norm (the L2 one only) and its NaN policy: computed here anyway.
+  if (norm_type == 2.0 && m.monitor->wants_grad_norm() && m.monitor->check_grad_norm(total, m.rank)) {
+    for (auto& s : m.shards) s.mutable_grad() = torch::Tensor();  // on_nan=skip: the optimizer skips the step
+    return total;
+  }
   const double coef = max_norm / (total + 1e-6);  // as torch::nn::utils::clip_grad_norm_
   if (coef < 1) {
     for (auto& s : m.shards)

@@ -26,6 +26,7 @@
 #include "cohort/sharded_data_parallel.h"
 #include "comm_queue.h"
 #include "flat_unit.h"
+#include "monitor/worker_monitor.h"
 #include "shard_collectives.h"
 #include "unit_plan.h"
 
@@ -72,6 +73,7 @@ struct ShardedCore::Impl : std::enable_shared_from_this<Impl>, ShardedCheckpoint
   std::deque<size_t> in_flight;
   static constexpr size_t kMaxInFlight = 2;
   ShardedStats stats;
+  StepMonitor* monitor = nullptr;  // the one current at construction (cohort/monitor.h)
 
   ~Impl() override;
   void attach_hooks();

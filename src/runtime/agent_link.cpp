@@ -193,37 +193,60 @@ namespace {
 // Destroyed at exit (joins the thread, removes the socket). A function-local static, made on the
 // first start_agent_link() — after the logger, which init() has used already — so that it is
 // destroyed before the logger its thread may still write to.
+std::atomic<AgentLink*> g_link{nullptr};  // what agent_link() answers, without the mutex
+std::mutex g_link_mutex;
+bool g_link_started = false;  // g_link_mutex
 std::unique_ptr<AgentLink>& the_link() {
-  static std::unique_ptr<AgentLink> link;
-  return link;
+  struct Holder {
+    std::unique_ptr<AgentLink> link;
+    ~Holder() { g_link.store(nullptr); }  // at exit: senders find no link rather than a dead one
+  };
+  static Holder holder;
+  return holder.link;
 }
 }  // namespace
 
 void start_agent_link(const JobEnv& env) {
-  static std::once_flag once;
-  std::call_once(once, [&] {
-    auto socket = process_env("COHORT_AGENT_SOCKET");
-    if (!socket || socket->empty()) return;
-    AgentLinkOptions options;
-    options.agent_socket = *socket;
-    if (auto ms = process_env("COHORT_HEARTBEAT_MS")) {
-      try {
-        options.heartbeat_ms = std::max(1, std::stoi(*ms));
-      } catch (const std::exception&) {
-        log_warn("COHORT_HEARTBEAT_MS='" + *ms + "' is not a number; heartbeats every 1000 ms");
-      }
+  std::lock_guard<std::mutex> lock(g_link_mutex);
+  if (g_link_started) return;  // once per process (stop_agent_link_for_testing() allows another)
+  g_link_started = true;
+  auto socket = process_env("COHORT_AGENT_SOCKET");
+  if (!socket || socket->empty()) return;
+  AgentLinkOptions options;
+  options.agent_socket = *socket;
+  if (auto ms = process_env("COHORT_HEARTBEAT_MS")) {
+    try {
+      options.heartbeat_ms = std::max(1, std::stoi(*ms));
+    } catch (const std::exception&) {
+      log_warn("COHORT_HEARTBEAT_MS='" + *ms + "' is not a number; heartbeats every 1000 ms");
     }
-    options.identity.rank = env.rank;
-    options.identity.world_size = env.world_size;
-    options.identity.local_rank = env.local_rank;
-    options.identity.node_rank = env.node_rank;
-    options.identity.restart_count = env.restart_count;
-    options.identity.pid = ::getpid();
-    the_link() = std::make_unique<AgentLink>(options);
-    // A child forked without exec has the object but not the thread: it must neither join it nor
-    // remove the parent's socket when it exits, so it forgets the link (a deliberate leak).
-    ::pthread_atfork(nullptr, nullptr, [] { (void)the_link().release(); });
+  }
+  options.identity.rank = env.rank;
+  options.identity.world_size = env.world_size;
+  options.identity.local_rank = env.local_rank;
+  options.identity.node_rank = env.node_rank;
+  options.identity.restart_count = env.restart_count;
+  options.identity.pid = ::getpid();
+  the_link() = std::make_unique<AgentLink>(options);
+  g_link.store(the_link().get());
+  // A child forked without exec has the object but not the thread: it must neither join it nor
+  // remove the parent's socket when it exits, so it forgets the link (a deliberate leak).
+  static std::once_flag atfork_once;
+  std::call_once(atfork_once, [] {
+    ::pthread_atfork(nullptr, nullptr, [] {
+      g_link.store(nullptr);
+      (void)the_link().release();
+    });
   });
+}
+
+AgentLink* agent_link() { return g_link.load(std::memory_order_acquire); }
+
+void stop_agent_link_for_testing() {
+  std::lock_guard<std::mutex> lock(g_link_mutex);
+  g_link.store(nullptr);
+  the_link().reset();
+  g_link_started = false;
 }
 
 }  // namespace cohort::detail

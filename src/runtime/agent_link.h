@@ -73,5 +73,10 @@ class AgentLink {
 
 /// Starts this process's link when COHORT_AGENT_SOCKET is set (once per process; init() calls it).
 void start_agent_link(const JobEnv& env);
+/// This process's link, or nullptr (no agent). The monitor sends its messages through it.
+AgentLink* agent_link();
+/// Tests: ends the link (if any), so that the next start_agent_link() reads the environment again.
+/// Nothing may be sending meanwhile.
+void stop_agent_link_for_testing();
 
 }  // namespace cohort::detail

@@ -23,6 +23,7 @@
 #include "net_util.h"
 #include "shm_allreduce.h"
 #include "agent_link.h"
+#include "monitor/worker_monitor.h"
 #include "flight_recorder.h"
 
 namespace cohort {
@@ -184,6 +185,7 @@ std::shared_ptr<Context> init(InitOptions options) {
                    " variables), store " + env.master_addr + ":" + std::to_string(env.master_port));
   // Heartbeats to `cohort run`'s agent from now on (nothing starts without COHORT_AGENT_SOCKET).
   detail::start_agent_link(env);
+  detail::set_process_monitor_identity(env.rank, env.world_size, env.restart_count);  // metrics' header
   auto store = connect_store(env, options);
   auto ctx = std::make_shared<Context>(env, store, options);
   detail::log_info("joined: rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size));

@@ -10,7 +10,7 @@ namespace cohort::detail {
 
 /// `op` and `what` must be string literals (the ring keeps the pointers).
 inline FlightOp flight_op(const char* op, const char* what, int32_t index, const at::Tensor& t,
-                          const char* backend = nullptr) {
+                          const char* backend = nullptr, bool gradient = false) {
   FlightOp f;
   f.op = op;
   f.what = what;
@@ -19,6 +19,7 @@ inline FlightOp flight_op(const char* op, const char* what, int32_t index, const
   f.dtype = c10::toString(t.scalar_type());  // a static name: "Float", "Long", ...
   f.numel = t.numel();
   f.bytes = static_cast<int64_t>(t.nbytes());
+  f.gradient = gradient;
   return f;
 }
 

@@ -31,6 +31,8 @@ uint64_t FlightRecorder::record(const FlightOp& op, int64_t step, FlightState st
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t seq = next_seq_++;
   FlightEntry& e = ring_[seq % ring_.size()];
+  // An unfinished entry pushed out of the ring never reports its end: count it as ended now.
+  if (e.seq != 0 && (e.state == FlightState::enqueued || e.state == FlightState::started)) account_end(e, now);
   e.seq = seq;
   e.op = op;
   e.step = step;
@@ -38,7 +40,11 @@ uint64_t FlightRecorder::record(const FlightOp& op, int64_t step, FlightState st
   e.enqueued_us = now;
   e.started_us = state == FlightState::enqueued ? 0 : now;
   e.ended_us = 0;
-  if (state == FlightState::completed || state == FlightState::failed) e.ended_us = now;
+  if (op.gradient && gradient_active_++ == 0) busy_since_us_ = now;
+  if (state == FlightState::completed || state == FlightState::failed) {
+    e.ended_us = now;
+    account_end(e, now);
+  }
   if (state == FlightState::completed) completed_.fetch_add(1, std::memory_order_relaxed);
   return seq;
 }
@@ -56,8 +62,28 @@ void FlightRecorder::set_state(uint64_t seq, FlightState state) {
   } else if (state == FlightState::completed || state == FlightState::failed) {
     if (e.started_us == 0) e.started_us = now;
     e.ended_us = now;
+    account_end(e, now);
     if (state == FlightState::completed) completed_.fetch_add(1, std::memory_order_relaxed);
   }
+}
+
+void FlightRecorder::account_end(const FlightEntry& e, int64_t now) {
+  if (e.state != FlightState::failed) totals_.bytes += e.op.bytes;
+  if (!e.op.gradient) return;
+  if (e.state != FlightState::failed) totals_.gradient_bytes += e.op.bytes;
+  if (gradient_active_ > 0 && --gradient_active_ == 0) totals_.gradient_busy_us += now - busy_since_us_;
+}
+
+CommTotals FlightRecorder::take_comm_totals() {
+  const int64_t now = wall_clock_us();
+  std::lock_guard<std::mutex> lock(mu_);
+  CommTotals out = totals_;
+  if (gradient_active_ > 0) {  // in flight across the step's end: split at now
+    out.gradient_busy_us += now - busy_since_us_;
+    busy_since_us_ = now;
+  }
+  totals_ = CommTotals{};
+  return out;
 }
 
 std::vector<FlightEntry> FlightRecorder::snapshot() const {

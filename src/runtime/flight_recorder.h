@@ -11,6 +11,9 @@
 // collectives in the same order — DDP does, by construction — give the same collective the same
 // number, so the dumps of all ranks line up: "everyone waits in #230; rank 1 completed #229".
 // Not seen here: collectives a program issues on ctx->group() itself.
+// The monitor (cohort/monitor.h) takes from it, per step, the bytes of completed collectives and
+// the time during which a gradient reduction was in flight (CommTotals): a few words under the
+// same mutex.
 #pragma once
 
 #include <atomic>
@@ -38,6 +41,14 @@ struct FlightOp {
   const char* dtype = "";    // "Float", ... (c10's names); empty: no data (a barrier)
   int64_t numel = 0;
   int64_t bytes = 0;
+  bool gradient = false;     // a gradient reduction: its time counts as the step's comm_s (monitor)
+};
+
+/// What completed since the last take_comm_totals() (the monitor's per-step comm figures).
+struct CommTotals {
+  int64_t bytes = 0;          // every completed collective's bytes
+  int64_t gradient_bytes = 0; // those of gradient reductions
+  int64_t gradient_busy_us = 0;  // time with at least one gradient reduction in flight (enqueued → ended)
 };
 
 struct FlightEntry {
@@ -66,8 +77,15 @@ class FlightRecorder {
   /// Collectives recorded so far, and those that completed (the agent's progress counter).
   uint64_t recorded() const;
   uint64_t completed() const { return completed_.load(std::memory_order_relaxed); }
+  /// Takes (and resets) the totals since the last call. Consumed, not copied: with ranks as
+  /// threads of one process, each completion is counted by whichever rank's monitor takes it first.
+  CommTotals take_comm_totals();
 
  private:
+  void account_end(const FlightEntry& e, int64_t now);  // mu_ held
+  CommTotals totals_;          // mu_
+  int64_t gradient_active_ = 0;   // gradient reductions enqueued and not ended
+  int64_t busy_since_us_ = 0;     // when gradient_active_ last became non-zero
   mutable std::mutex mu_;
   std::vector<FlightEntry> ring_;
   uint64_t next_seq_ = 1;

@@ -1,8 +1,9 @@
 // runtime/progress.h — how far this process's training got: the counters its heartbeats carry.
 //
 // Three process-wide counters, each one relaxed atomic store or increment to update:
-//   * reported step — the last value passed to cohort::report_step() (cohort/monitor.h), and how
-//     many times it was called (a program that reports the same step again is still alive);
+//   * reported step — the last value passed to cohort::report_step() (cohort/monitor.h), or
+//     recorded by cohort::monitor().step(), and how many times it was called (a program that
+//     reports the same step again is still alive);
 //   * DDP iterations — synchronised backward passes, counted by the grad reducer's finalize;
 //   * completed collectives — kept by the flight recorder.
 // The agent (cohort run --hang-timeout) treats a worker as progressing while any of them moves.

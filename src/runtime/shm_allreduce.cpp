@@ -155,9 +155,11 @@ ShmAllreduce::~ShmAllreduce() {
 }
 
 std::shared_ptr<ShmPending> ShmAllreduce::allreduce_async(at::Tensor t, double scale, const char* what,
-                                                         int32_t index) {
+                                                         int32_t index, bool gradient) {
   auto pending = std::make_shared<ShmPending>();
-  const uint64_t seq = flight_record(flight_op("allreduce", what, index, t, "shm"));
+  FlightOp entry = flight_op("allreduce", what, index, t, "shm");
+  entry.gradient = gradient;
+  const uint64_t seq = flight_record(entry);
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(Op{std::move(t), scale, pending, seq});

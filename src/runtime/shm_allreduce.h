@@ -64,8 +64,9 @@ class ShmAllreduce {
   /// Sums `t` over all ranks in place, asynchronously, and multiplies the sum by `scale` in the
   /// same pass (DDP's 1/world averaging costs no extra pass over the bucket). The operation is
   /// recorded in the flight recorder as "allreduce of <what> <index>" (`what`: a string literal).
+  /// `gradient`: a gradient reduction (the monitor's comm_s counts its time in flight).
   std::shared_ptr<ShmPending> allreduce_async(at::Tensor t, double scale = 1.0, const char* what = "shm allreduce",
-                                              int32_t index = -1);
+                                              int32_t index = -1, bool gradient = false);
 
  private:
   struct Control;

@@ -113,7 +113,13 @@ TEST(LauncherRestart, NoRestartsFailsOnTheFirstFailure) {
     EXPECT_EQ(counts_by_rank(r.out, "TORCHELASTIC_MAX_RESTARTS")[0], (std::vector<int>{0}));
     EXPECT_EQ(r.err.find("restart"), std::string::npos) << "fail fast, as before restarts existed:\n" << r.err;
     EXPECT_EQ(r.err.find("failure history"), std::string::npos) << r.err;
-    EXPECT_EQ(r.err.rfind("cohort run: job failed: rank 1 (node 0, local rank 1, pid ", 0), 0u) << r.err;
+    // The summary is the first thing said after the start lines (run directory, dashboard).
+    const size_t summary = r.err.find("cohort run: job failed: rank 1 (node 0, local rank 1, pid ");
+    ASSERT_NE(summary, std::string::npos) << r.err;
+    for (const auto& line : lines_of(r.err.substr(0, summary))) {
+      EXPECT_TRUE(line.rfind("cohort run: run directory ", 0) == 0 || line.rfind("cohort run: dashboard at ", 0) == 0)
+          << line;
+    }
   }
 }
 

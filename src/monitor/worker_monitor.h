@@ -1,0 +1,138 @@
+// monitor/worker_monitor.h — the inside of cohort::Monitor (cohort/monitor.h): the phase clock
+// that DDP and ShardedDataParallel mark, the gradient-norm check with its NaN policy, and the
+// step record that goes to the agent as a "metrics" datagram. Internal header.
+//
+// Phase clock. A mark closes the phase in progress (adding the time since the previous mark to
+// it) and opens the next one; step() closes the last phase and opens "data". The marks:
+//   forward begin   DDP forward, before the buffer broadcast          → forward
+//   forward end     after the wrapped module's forward                → backward
+//   backward end    the reducer's end-of-backward callback begins     → comm_wait
+//   comm done       the reducer waited for every bucket               → optimizer
+//   step()          closes optimizer (the user's optimizer.step())    → data
+// so the phases add up to the step time exactly (they telescope from the previous step()). A
+// mark is one steady_clock read and a few relaxed atomic loads and stores: no lock, no
+// allocation. Only training forwards mark (grad mode on and the module in training mode), so an
+// evaluation inside the loop stays in the phase it happens in. The marks assume one training
+// thread per monitor (a rank per process); concurrent marks (ranks as threads sharing one
+// monitor) stay well-defined but mix the ranks' times.
+//
+// Not here: anything on the agent's side (src/monitor/hub*), loss-spike or straggler detection
+// (the hub does those: they need all ranks).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cohort/monitor.h"
+
+namespace cohort::detail {
+
+/// Who sends: the header of every message.
+struct MonitorIdentity {
+  int rank = 0;
+  int world_size = 1;
+  int restart_count = 0;
+  int64_t pid = 0;
+};
+
+class StepMonitor {
+ public:
+  explicit StepMonitor(const MonitorOptions& options);
+
+  void configure(const MonitorOptions& options);
+  MonitorOptions options() const;
+  bool enabled() const { return enabled_.load(std::memory_order_relaxed); }
+  /// Whether the reducers should compute the gradient norm (and apply the NaN policy to it).
+  bool wants_grad_norm() const { return enabled() && grad_norm_.load(std::memory_order_relaxed); }
+
+  void set_identity(int rank, int world_size, int restart_count);
+  MonitorIdentity identity() const;
+  /// A reducer's parameters live on this CUDA device: the record then carries its memory.
+  void note_cuda_device(int index) { cuda_device_.store(index, std::memory_order_relaxed); }
+
+  // --- phase marks -------------------------------------------------------------------------------
+  void mark(Phase next) noexcept;
+  /// A training forward begins with `samples` rows (<= 0: unknown).
+  void forward_begin(int64_t samples) noexcept {
+    if (!enabled()) return;
+    if (samples > 0) samples_.store(samples_.load(std::memory_order_relaxed) + samples, std::memory_order_relaxed);
+    mark(Phase::forward);
+  }
+
+  // --- gradients ---------------------------------------------------------------------------------
+  /// The global norm of the step's averaged gradients (the same on every rank). Returns true when
+  /// the step's gradients must be dropped (on_nan=skip); throws AnomalyError for on_nan=stop.
+  bool check_grad_norm(double norm, int rank);
+  /// Time the reducer spent on monitoring (the norm): counted in the next record's monitor_s.
+  void add_overhead_ns(int64_t ns) { overhead_ns_.fetch_add(ns, std::memory_order_relaxed); }
+
+  // --- steps -------------------------------------------------------------------------------------
+  void step(std::optional<int64_t> number, std::vector<std::pair<std::string, double>> scalars);
+  int64_t current_step() const { return step_.load(std::memory_order_relaxed); }
+  void set_step(int64_t step) { step_.store(step, std::memory_order_relaxed); }
+  std::optional<StepRecord> last() const;
+  int64_t skipped_steps() const { return skipped_total_.load(); }
+  int64_t messages_sent() const { return messages_sent_.load(); }
+
+  // --- events (non-blocking datagrams to the agent; dropped without one) ----------------------------
+  /// `fields_json`: a JSON object text (may be empty).
+  void send_event(const std::string& kind, int64_t step, const std::string& message, const std::string& fields_json);
+  void checkpoint_saved(int64_t step, const std::string& path, int64_t bytes, double seconds);
+  void checkpoint_restored(int64_t step, const std::string& path);
+
+ private:
+  void anomaly(const char* what, double value, int rank, int64_t step);
+  int64_t rss_bytes();
+
+  // Phase clock (relaxed atomics: one writer in practice, see above).
+  std::atomic<int64_t> last_ns_{0};       // the latest mark; 0: the clock has not started
+  std::atomic<int64_t> step_start_ns_{0};
+  std::atomic<int> current_{-1};          // the phase in progress; -1: none
+  std::atomic<uint32_t> mask_{0};         // phases entered this step
+  std::atomic<int64_t> acc_ns_[kPhaseCount] = {};
+  std::atomic<int64_t> samples_{0};
+  int64_t created_ns_ = 0;
+
+  std::atomic<bool> enabled_{true};
+  std::atomic<bool> grad_norm_{true};
+  std::atomic<int> on_nan_{0};
+  std::atomic<int> cuda_device_{-1};
+
+  // This step's gradient facts (written by the reducer, taken by step()).
+  std::atomic<bool> has_grad_norm_{false};
+  std::atomic<double> grad_norm_value_{0};
+  std::atomic<bool> skipped_{false};
+  std::atomic<bool> grad_anomaly_sent_{false};
+  std::atomic<int64_t> overhead_ns_{0};  // monitoring's own time since the last record (monitor_s)
+
+  std::atomic<int64_t> step_{0};
+  std::atomic<int64_t> skipped_total_{0};
+  std::atomic<int64_t> messages_sent_{0};
+  std::atomic<int64_t> warnings_{0};
+
+  mutable std::mutex mu_;  // below
+  MonitorIdentity identity_;
+  std::optional<StepRecord> last_;
+  int64_t rss_cached_ = 0;
+  int64_t rss_read_ns_ = 0;
+};
+
+/// The thread's monitor (cohort::monitor().impl()).
+StepMonitor& current_step_monitor();
+
+/// The "metrics" message for `r` (docs/monitoring.md): one JSON object, non-finite numbers as the
+/// strings "nan", "inf", "-inf".
+std::string metrics_message(const StepRecord& r, const MonitorIdentity& who);
+/// Appends `v` as JSON: the shortest text that reads back to the same double, or a string for
+/// a non-finite value.
+void append_json_number(std::string& out, double v);
+
+/// The monitor's identity for the process (init() calls it with the job's environment).
+void set_process_monitor_identity(int rank, int world_size, int restart_count);
+
+}  // namespace cohort::detail

@@ -1,0 +1,209 @@
+#!/usr/bin/env node
+// `cohort dashboard RUN_DIR` in a real browser, on a synthetic event log (make_events.js) that
+// grows while the page is open: the page shows both ranks, advances its step counter and loss
+// chart without reloading, flags the slowed rank, and keeps to its own origin and CSP. Then with a
+// token, and the command's errors. No training: runs in seconds, needs only the `cohort` binary.
+'use strict';
+
+const fs = require('fs');
+const path = require('path');
+const t = require('./lib');
+const { assert } = t;
+
+const cohort = t.env('COHORT_CLI');
+const makeEvents = path.join(__dirname, 'make_events.js');
+
+async function fixture(tag, args) {
+  const dir = t.tempDir(tag);
+  const gen = t.start(tag + '-events', process.execPath, [makeEvents, dir, ...args]);
+  if (!args.includes('--live-ms')) {
+    const r = await t.exitOf(gen, 30000);
+    assert.strictEqual(r.code, 0, 'make_events failed: ' + gen.err);
+  } else {
+    await t.waitFor('events.jsonl', () => fs.existsSync(path.join(dir, 'events.jsonl')), 10000, 20);
+  }
+  return { dir, gen };
+}
+
+function assertCleanPage(page, origin) {
+  assert.deepStrictEqual(page.problems, [], 'console errors, page errors or CSP violations');
+  const foreign = page.requests.filter((u) => !u.startsWith(origin) && !u.startsWith('data:'));
+  assert.deepStrictEqual(foreign, [], 'requests beyond the dashboard origin');
+}
+
+async function followsAGrowingLog() {
+  // 400 steps of 2 ranks, one step every 40 ms; rank 1 slowed (forward +80 ms) from step 150.
+  const { dir, gen } = await fixture('follow', ['--steps', '400', '--live-ms', '40', '--slow-rank', '1', '--slow-from', '150']);
+  const dash = t.start('follow-dashboard', cohort, ['dashboard', dir]);
+  const url = await t.printedUrl(dash);
+  const browser = await t.launchBrowser();
+  try {
+    const page = await t.openPage(browser, url);
+    await page.evaluate(() => { window.__sameDocument = 'yes'; });
+    const first = await t.pageNumbers(page);
+    await t.waitFor('both ranks on the page', async () => (await t.pageNumbers(page)).ranks.length === 2, 10000);
+    assert.strictEqual((await t.pageNumbers(page)).worldSize, '2');
+
+    // The step counter and the loss chart advance without a reload.
+    const later = await t.waitFor('the step counter and the loss chart to advance', async () => {
+      const n = await t.pageNumbers(page);
+      return n.step >= first.step + 40 && n.points >= first.points + 40 ? n : null;
+    }, 30000);
+    assert.strictEqual(await page.evaluate(() => window.__sameDocument), 'yes', 'the page reloaded');
+    assert.strictEqual(later.navigations, 1);
+    assert.strictEqual(later.chartPoints, later.points, 'data-points mirrors the chart');
+    console.log('  step ' + first.step + ' -> ' + later.step + ', loss points ' + first.points + ' -> ' + later.points);
+
+    // The slowed rank is flagged, with its slow phase, and the straggler event is listed.
+    await t.waitFor('rank 1 flagged slow', () => page.$('#ranks [data-rank="1"][data-state="slow"]'), 30000);
+    assert.strictEqual(await page.getAttribute('#ranks [data-rank="1"]', 'data-slow-phase'), 'forward');
+    assert.notStrictEqual(await page.getAttribute('#ranks [data-rank="0"]', 'data-state'), 'slow');
+    assert.match(await page.textContent('#ranks [data-rank="1"] .rank-note'), /straggler: forward slow/);
+    await t.waitFor('the straggler event in the timeline', () => page.$('#events li[data-kind="anomaly"][data-anomaly="straggler"][data-severity="warn"]'), 10000);
+    await page.screenshot({ path: path.join(t.artifactsDir(), 'dashboard-replay-straggler.png'), fullPage: true });
+
+    // The end of the log: every step shown, the job's final state.
+    await t.exitOf(gen, 60000);
+    await t.waitFor('the final step and state', async () => {
+      const n = await t.pageNumbers(page);
+      return n.step === 400 && n.jobState === 'succeeded' ? n : null;
+    }, 15000);
+    assert.strictEqual(await page.evaluate(() => window.__sameDocument), 'yes', 'the page reloaded');
+    await page.screenshot({ path: path.join(t.artifactsDir(), 'dashboard-replay.png'), fullPage: true });
+    assertCleanPage(page, new URL(url).origin);
+  } finally {
+    await browser.close();
+  }
+  const r = await t.stop(dash, 'SIGINT');
+  assert.strictEqual(r.code, 0, 'cohort dashboard exits 0 on SIGINT: ' + dash.err);
+}
+
+async function failureRestartAndNan() {
+  // A whole run: NaN loss at step 40 (skipped), rank 1 killed at 130, restart from the step-100
+  // checkpoint, success at 200.
+  const { dir } = await fixture('restart', ['--steps', '200', '--nan-at', '40', '--fail-at', '130', '--resume-from', '100']);
+  const dash = t.start('restart-dashboard', cohort, ['dashboard', dir, '--no-follow']);
+  const url = await t.printedUrl(dash);
+  // The same run cut right after the failure: the failed rank and its reason.
+  const cut = await fixture('failed', ['--steps', '200', '--fail-at', '130', '--end-at-failure']);
+  const dash2 = t.start('failed-dashboard', cohort, ['dashboard', cut.dir, '--no-follow']);
+  const url2 = await t.printedUrl(dash2);
+  const browser = await t.launchBrowser();
+  try {
+    const page = await t.openPage(browser, url);
+    const n = await t.waitFor('the whole run', async () => {
+      const x = await t.pageNumbers(page);
+      return x.step === 200 && x.jobState === 'succeeded' ? x : null;
+    }, 10000);
+    assert.strictEqual(await page.textContent('#restarts'), '1');
+    // The loss chart follows the run's current lineage: steps 1..200 once each, in order.
+    const xs = await page.evaluate(() => window.cohortDashboard.charts.loss.data.datasets[0].data.map((p) => p.x));
+    assert.strictEqual(xs.length, 200, 'points: ' + xs.length);
+    assert.ok(xs.every((x, i) => x === i + 1), 'steps in order, once each');
+    assert.strictEqual(n.points, 200);
+    const marks = await page.evaluate(() => window.cohortDashboard.charts.loss.data.datasets[2].data.map((p) => p.x));
+    assert.deepStrictEqual(marks, [40], 'the NaN is marked on the loss chart');
+    // The timeline: the NaN and the failure highlighted as bad, the restart as a warning.
+    assert.ok(await page.$('#events li[data-kind="anomaly"][data-anomaly="nan"][data-severity="bad"]'), 'NaN event');
+    assert.ok(await page.$('#events li[data-kind="failure"][data-severity="bad"]'), 'failure event');
+    assert.ok(await page.$('#events li[data-kind="restart"][data-severity="warn"]'), 'restart event');
+    assert.match(await page.textContent('#events li[data-kind="failure"] .message'), /killed by signal 9/);
+    await page.screenshot({ path: path.join(t.artifactsDir(), 'dashboard-restart.png'), fullPage: true });
+
+    const failed = await t.openPage(browser, url2);
+    await t.waitFor('rank 1 failed on the page', () => failed.$('#ranks [data-rank="1"][data-state="failed"]'), 10000);
+    assert.match(await failed.textContent('#ranks [data-rank="1"] .rank-note'), /killed by signal 9/);
+    assert.notStrictEqual(await failed.getAttribute('#ranks [data-rank="0"]', 'data-state'), 'failed');
+    await failed.screenshot({ path: path.join(t.artifactsDir(), 'dashboard-failed-rank.png'), fullPage: true });
+    assertCleanPage(page, new URL(url).origin);
+  } finally {
+    await browser.close();
+  }
+  await t.stop(dash, 'SIGTERM');
+  await t.stop(dash2, 'SIGTERM');
+}
+
+async function burstMakesThePageResync() {
+  // An empty log, the page open on it, then 20000 steps of 2 ranks at once: far more than a
+  // subscriber may fall behind (4096 messages), so the page is told to resync and reloads the state.
+  const dir = t.tempDir('burst');
+  fs.writeFileSync(path.join(dir, 'events.jsonl'), '');
+  const dash = t.start('burst-dashboard', cohort, ['dashboard', dir]);
+  const url = await t.printedUrl(dash);
+  const browser = await t.launchBrowser();
+  try {
+    const page = await t.openPage(browser, url);
+    await t.waitFor('the stream connected', () => page.$('#connection[data-connected="true"]'), 10000);
+    assert.strictEqual((await t.pageNumbers(page)).ranks.length, 0);
+    const gen = t.start('burst-events', process.execPath, [makeEvents, dir, '--steps', '20000']);
+    assert.strictEqual((await t.exitOf(gen, 30000)).code, 0);
+    // The page stays busy while the dashboard reads the burst (within a second): the browser stops
+    // reading the stream, the server's writes block, and the hub's queue for this page overflows.
+    await page.evaluate(() => { const end = Date.now() + 5000; while (Date.now() < end); });
+    const n = await t.waitFor('the whole burst on the page', async () => {
+      const x = await t.pageNumbers(page);
+      return x.step === 20000 && x.jobState === 'succeeded' && x.ranks.length === 2 ? x : null;
+    }, 30000);
+    assert.strictEqual(n.points, 2000, 'the last 2000 steps on the loss chart');
+    const stats = await page.evaluate(() => window.cohortDashboard.stats);
+    assert.ok(stats.resyncs >= 1, 'the page was told to resync: ' + JSON.stringify(stats));
+    assert.strictEqual(n.navigations, 1, 'without reloading the page');
+    console.log('  resyncs: ' + stats.resyncs + ', step ' + n.step + ', ' + n.points + ' loss points');
+    assertCleanPage(page, new URL(url).origin);
+  } finally {
+    await browser.close();
+  }
+  await t.stop(dash, 'SIGTERM');
+}
+
+async function tokenInTheBrowser() {
+  const { dir } = await fixture('token', ['--steps', '120']);
+  const dash = t.start('token-dashboard', cohort, ['dashboard', dir, '--host', '0.0.0.0', '--token', 'tok en/42']);
+  const printed = await t.printedUrl(dash);
+  assert.match(printed, /\?token=tok%20en%2F42$/);
+  const url = new URL(printed);
+  url.hostname = '127.0.0.1';
+  const browser = await t.launchBrowser();
+  try {
+    const refused = await (await browser.newPage()).goto(url.origin + '/');
+    assert.strictEqual(refused.status(), 401, 'the page without its token');
+    const page = await t.openPage(browser, url.toString());
+    await t.waitFor('the final step', async () => (await t.pageNumbers(page)).step === 120, 10000);
+    await t.waitFor('the live stream connected (EventSource carries the token)', () => page.$('#connection[data-connected="true"]'), 10000);
+    assert.strictEqual((await t.pageNumbers(page)).ranks.length, 2);
+    assertCleanPage(page, url.origin);
+  } finally {
+    await browser.close();
+  }
+  await t.stop(dash, 'SIGTERM');
+}
+
+async function clearErrors() {
+  const empty = t.tempDir('empty');
+  const cases = [
+    [['dashboard', path.join(empty, 'missing')], /is not a directory/],
+    [['dashboard', empty], /no event log .*events\.jsonl/],
+  ];
+  const { dir } = await fixture('errors', ['--steps', '5']);
+  cases.push([['dashboard', dir, '--host', '0.0.0.0'], /needs a token/]);
+  const busy = t.start('busy-dashboard', cohort, ['dashboard', dir]);
+  const port = new URL(await t.printedUrl(busy)).port;
+  cases.push([['dashboard', dir, '--port', port], new RegExp('port ' + port + ' is in use')]);
+  for (const [i, [args, pattern]] of cases.entries()) {
+    const c = t.start('error-dashboard-' + i, cohort, args);
+    const r = await t.exitOf(c, 15000);
+    assert.notStrictEqual(r.code, 0, args.join(' ') + ' must fail');
+    assert.match(c.err, pattern, args.join(' '));
+    assert.match(c.err, /^cohort dashboard: error: /m);
+    console.log('  ' + c.err.trim());
+  }
+  await t.stop(busy, 'SIGTERM');
+}
+
+t.run([
+  ['cohort dashboard follows a growing log; the page updates live and flags the straggler', followsAGrowingLog],
+  ['a run with a NaN, a killed rank and a restart: timeline, restarts, loss chart, failed rank', failureRestartAndNan],
+  ['a burst larger than a stream may queue: the page resyncs from /api/state', burstMakesThePageResync],
+  ['a token-protected dashboard works in the browser through ?token=', tokenInTheBrowser],
+  ['cohort dashboard says clearly why it cannot serve', clearErrors],
+]);
