@@ -85,7 +85,9 @@ import statistics, sys
 on, off, share, a_on, a_off = ([float(x) for x in arg.split()] for arg in sys.argv[1:6])
 m_on, m_off = statistics.median(on), statistics.median(off)
 print(f"median samples/s: monitor on {m_on:.1f}, off {m_off:.1f}")
-print(f"A/B overhead: {(m_off - m_on) / m_off * 100:+.2f}% of the step time (goal <= 2%; run-to-run noise here ~±10%)")
+print(f"A/B overhead: {(m_off - m_on) / m_off * 100:+.2f}% of the step time from the medians (goal <= 2%; run-to-run noise here ~±10%)")
+paired = statistics.median((f - o) / f * 100 for o, f in zip(on, off))
+print(f"A/B overhead, median of the rounds' own on/off pairs: {paired:+.2f}%")
 print(f"measured: the workers spend {statistics.median(share):.3f}% of their step time in monitoring code (median)")
 d = statistics.median(a_on) - statistics.median(a_off)
 print(f"measured: the agent uses {statistics.median(a_on):.4f} CPU s/s with monitoring on, {statistics.median(a_off):.4f} off "

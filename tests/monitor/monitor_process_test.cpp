@@ -467,3 +467,53 @@ TEST(MonitorFashionMnist, KilledRankIsAFailureEvent) {
   EXPECT_EQ(failures[0]["rank"], 1);
   EXPECT_EQ(failures[0]["reason"], "was killed by signal 9 (SIGKILL: Killed)");
 }
+
+// The combined case: one run with an injected NaN (policy skip), a slowed rank and a
+// killed rank. Its log holds all of it, in order of cause: the NaN anomaly, the straggler naming
+// the slowed rank and its phase, the killed rank's failure, the restart, and the end.
+TEST(MonitorFashionMnist, OneRunWithNanSlowRankAndKilledRankLogsEveryEvent) {
+  REQUIRE_FASHION_MNIST();
+  TempDir tmp;
+  const std::string dir = tmp.path() + "/run";
+  Child job(cohort_run(dir, {"--nproc-per-node", "2", "--on-nan", "skip", "--max-restarts", "1"},
+                       trainer({"--max-steps", "150", "--epochs", "100", "--inject-nan-step", "5",
+                                "--inject-nan-rank", "1", "--slow-rank", "1", "--slow-ms", "40"})));
+  ASSERT_TRUE(wait_until([&] { return !events(read_log(dir), "anomaly", "straggler").empty(); }, 90))
+      << "no straggler event: " << dump(read_log(dir));
+  pid_t victim = 0;  // rank 0's worker this time (rank 1 is the slowed one)
+  std::istringstream children(slurp("/proc/" + std::to_string(job.pid()) + "/task/" + std::to_string(job.pid()) +
+                                    "/children"));
+  for (pid_t child; children >> child;) {
+    std::string env = slurp("/proc/" + std::to_string(child) + "/environ");
+    std::replace(env.begin(), env.end(), '\0', '\n');
+    if (contains("\n" + env, "\nCOHORT_RANK=0\n")) victim = child;
+  }
+  ASSERT_NE(victim, 0);
+  kill(victim, SIGKILL);
+  Result r = job.wait(120);
+  ASSERT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit_code(), 0) << "the restarted job finishes: " << r.err;
+
+  const auto log = read_log(dir);
+  const auto nan = events(log, "anomaly", "nan");
+  ASSERT_GE(nan.size(), 1u) << dump(log);
+  EXPECT_EQ(nan[0].value("policy", ""), "skip") << nan[0].dump();
+  EXPECT_EQ(nan[0]["step"], 5) << nan[0].dump();
+  const auto slow = events(log, "anomaly", "straggler");
+  ASSERT_GE(slow.size(), 1u) << dump(log);
+  for (const auto& s : slow) {
+    EXPECT_EQ(s["rank"], 1) << "only the slowed rank: " << s.dump();
+    EXPECT_EQ(s["phase"], "data") << s.dump();
+  }
+  const auto failures = events(log, "failure");
+  ASSERT_EQ(failures.size(), 1u) << dump(log);
+  EXPECT_EQ(failures[0]["rank"], 0);
+  EXPECT_EQ(failures[0]["reason"], "was killed by signal 9 (SIGKILL: Killed)");
+  ASSERT_EQ(events(log, "restart").size(), 1u) << dump(log);
+  EXPECT_EQ(events(log, "finished").at(0)["state"], "succeeded");
+  // Cause before effect: the anomalies of the first round come before the failure they preceded.
+  auto index_of = [&](const json& e) { return std::find(log.begin(), log.end(), e) - log.begin(); };
+  EXPECT_LT(index_of(nan[0]), index_of(failures[0]));
+  EXPECT_LT(index_of(slow[0]), index_of(failures[0]));
+  EXPECT_LT(index_of(failures[0]), index_of(events(log, "restart")[0]));
+}

@@ -533,6 +533,9 @@ TEST(WorkerMonitorDatagram, MetricsMessageArrivesWithTheSpecFields) {
     EXPECT_FALSE(j.contains("cuda_bytes"));
     EXPECT_TRUE(j["comm_bytes"].is_number_integer());
     EXPECT_TRUE(j["comm_s"].is_number());
+    // The second step's record carries the first step() call and this step's gradient norm.
+    EXPECT_GT(j["monitor_s"].get<double>(), 0);
+    EXPECT_LT(j["monitor_s"].get<double>(), step_s);
     EXPECT_TRUE(j["scalars"]["loss"].is_number());
     EXPECT_EQ(j["scalars"]["lr"], 0.1);
   }
