@@ -89,7 +89,13 @@ std::unique_ptr<JobMonitor> JobMonitor::lead(const RunOptions& o, Coordinator& c
                       {"nnodes", first.nnodes},
                       {"run_dir", dir},
                       {"job", h.job_name},
-                      {"pid", static_cast<int64_t>(::getpid())}});
+                      {"pid", static_cast<int64_t>(::getpid())},
+                      // The detectors' settings: a replay (`cohort dashboard`) judges with these.
+                      {"detectors", {{"straggler_factor", h.straggler_factor},
+                                     {"straggler_window", h.straggler_window},
+                                     {"spike_factor", h.spike_factor},
+                                     {"spike_window", h.spike_window},
+                                     {"stall_timeout_s", h.stall_timeout_s}}}});
   m->hub_->job_event("rendezvous",
                      plural(first.nnodes, "node") + " met: " + plural(first.world_size, "rank") + " in round " +
                          std::to_string(first.round),

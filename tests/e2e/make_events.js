@@ -2,6 +2,9 @@
 // Writes a synthetic events.jsonl as `cohort run` writes it (docs/monitoring.md): a start, a
 // rendezvous and a round, then per-step metrics of every rank, a straggler from a given step on, a
 // checkpoint and the end. Used to test `cohort dashboard` and the page without training anything.
+// The straggler event comes at the step the hub's own rule (docs/monitoring.md, "Detection rules")
+// flags the rank: `cohort dashboard` replays the log through that rule too, and an event the rule
+// disagrees with would be undone at the next step (the page's rank going slow, running, slow).
 //   node make_events.js RUN_DIR [--steps N] [--world W] [--slow-rank R --slow-from S]
 //                               [--live-ms MS]   (append one step every MS ms, as a running job)
 //                               [--fail-at S --resume-from R]  (rank 1 killed at step S, restart from R)
@@ -34,6 +37,30 @@ function parse(argv) {
   return o;
 }
 
+// The hub's straggler rule with its defaults (window 20, judged once full; factor 1.5 of the other
+// ranks' median, and 5 ms more): the straggling rank and its blamed phase, or null.
+const STRAGGLER_WINDOW = 20;
+const STRAGGLER_FACTOR = 1.5;
+const PHASES = ['data', 'forward', 'backward', 'optimizer'];
+function median(v) {
+  const s = [...v].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
+}
+function straggler(windows) {
+  if (windows.length < 2 || windows.some((w) => w.length < STRAGGLER_WINDOW)) return null;
+  const busy = windows.map((w) => median(w.map((p) => p.busy)));
+  for (let r = 0; r < windows.length; r++) {
+    const others = median(busy.filter((_, i) => i !== r));
+    if (busy[r] > STRAGGLER_FACTOR * others && busy[r] - others >= 0.005) {
+      const excess = (ph) => median(windows[r].map((p) => p[ph])) - median(windows.filter((_, i) => i !== r).map((w) => median(w.map((p) => p[ph]))));
+      const phase = PHASES.reduce((a, b) => (excess(b) > excess(a) ? b : a));
+      return { rank: r, phase, busy_s: busy[r], others_s: others, phase_excess_s: excess(phase) };
+    }
+  }
+  return null;
+}
+
 // The lines of one step, every rank; deterministic (a small LCG), loss falling with noise.
 function* lines(o) {
   let t = Date.now() / 1000 - (o.liveMs ? 0 : o.steps * 0.03);  // a live log is written now; a whole one ended now
@@ -45,6 +72,7 @@ function* lines(o) {
   yield ev('round_started', 'round 0 started with ' + o.world + ' workers', { round: 0, world_size: o.world, restart: 0 });
   let flagged = false;
   let restarts = 0;
+  let windows = Array.from({ length: o.world }, () => []);  // each rank's last steps this round
   for (let step = 1; step <= o.steps; step++) {
     const slowNow = o.slowRank >= 0 && step >= o.slowFrom;
     const busy = [];
@@ -54,6 +82,10 @@ function* lines(o) {
     }
     const total = (b) => b.data + b.forward + b.backward + b.optimizer;
     const slowest = Math.max(...busy.map(total));
+    busy.forEach((b, r) => {
+      windows[r].push(Object.assign({ busy: total(b) }, b));
+      if (windows[r].length > STRAGGLER_WINDOW) windows[r].shift();
+    });
     t += slowest + 0.004;
     for (let r = 0; r < o.world; r++) {
       const b = busy[r];
@@ -72,10 +104,14 @@ function* lines(o) {
           { anomaly: 'nan', rank: 0, node: 0, step, policy: 'skip', what: 'loss' });
       }
     }
-    if (slowNow && !flagged && step >= o.slowFrom + 5) {
+    const slow = flagged ? null : straggler(windows);
+    if (slow) {
       flagged = true;
-      yield ev('anomaly', 'rank ' + o.slowRank + ' is a straggler: forward 88.0 ms vs 8.5 ms on the others (window of 20 steps)',
-        { anomaly: 'straggler', rank: o.slowRank, phase: 'forward', step });
+      const ms = (x) => (x * 1000).toFixed(1);
+      yield ev('anomaly', 'rank ' + slow.rank + ' is a straggler: busy ' + ms(slow.busy_s) + ' ms per step vs ' + ms(slow.others_s) +
+        ' ms for the other ranks (' + (slow.busy_s / slow.others_s).toFixed(1) + 'x over the last ' + STRAGGLER_WINDOW +
+        ' steps); slowest phase: ' + slow.phase,
+        { anomaly: 'straggler', rank: slow.rank, node: 0, step, phase: slow.phase, busy_s: slow.busy_s, others_s: slow.others_s, phase_excess_s: slow.phase_excess_s });
     }
     if (step === 100) yield ev('checkpoint_saved', 'checkpoint step-00000100 committed (1.2 MB, 0.05 s)', { rank: 0, step });
     if (step === o.failAt && restarts === 0) {
@@ -87,6 +123,8 @@ function* lines(o) {
       yield ev('restart', 'restarting the workers (restart 1 of 3)', { restarts: 1, reason: 'rank 1 failed' });
       t += 1;
       yield ev('round_started', 'round 1 started with ' + o.world + ' ranks', { round: 1, world_size: o.world, restart: 1 });
+      windows = windows.map(() => []);  // the hub's windows start again with the round
+      flagged = false;
       yield ev('checkpoint_restored', 'checkpoint step-' + String(o.resumeFrom).padStart(8, '0') + ' restored', { rank: 0, step: o.resumeFrom });
       step = o.resumeFrom;
     }

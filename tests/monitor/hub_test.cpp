@@ -480,6 +480,66 @@ TEST(HubLog, ReplayGivesTheSameSnapshot) {
   EXPECT_THROW(replay.replay_file(dir.path() + "/missing.jsonl"), cohort::ConfigError);
 }
 
+// The rank states a page sees while `cohort dashboard` replays a log (its "state" messages) are
+// the ones the live hub's page saw, in the same order: the logged straggler event comes at the step
+// the replayed rule flags the rank too, so the replay never shows slow, running, slow.
+TEST(HubLog, ReplayStreamsTheLiveRankStates) {
+  const auto rank1_states = [](Subscription& sub) {
+    std::vector<std::string> states;
+    StreamMessage m;
+    while (sub.next(m, std::chrono::milliseconds(1))) {
+      if (m.event != "state") continue;
+      const json state = json::parse(m.data);
+      for (const auto& r : state["ranks"]) {
+        if (r["rank"] == 1 && (states.empty() || states.back() != r["state"])) states.push_back(r["state"]);
+      }
+    }
+    return states;
+  };
+  TempDir dir;
+  HubOptions o;
+  o.run_dir = dir.path();
+  std::vector<std::string> live;
+  {
+    Hub hub(o);
+    auto sub = hub.subscribe();
+    hub.round_started(0, 2, 0);
+    feed_two_ranks(hub, 0, 30);
+    feed_two_ranks(hub, 30, 40, "forward", 0.03, 30);  // slow from step 30: flagged at 39
+    feed_two_ranks(hub, 70, 40);                       // recovers (no event)
+    hub.job_event("finished", "job succeeded", {{"exit_code", 0}, {"state", "succeeded"}});
+    live = rank1_states(*sub);
+  }
+  ASSERT_EQ(live, (std::vector<std::string>{"starting", "running", "slow", "running", "finished"}));
+  Hub replay({});
+  auto sub = replay.subscribe();
+  replay.replay_file(dir.path() + "/events.jsonl");
+  EXPECT_EQ(rank1_states(*sub), live);
+}
+
+// A run judged with another straggler factor replays with that factor (logged in "start"), not
+// the default: rank 1 at 2x is no straggler at factor 3, live or replayed.
+TEST(HubLog, ReplayJudgesWithTheRunsLoggedDetectorSettings) {
+  TempDir dir;
+  HubOptions o;
+  o.run_dir = dir.path();
+  o.straggler_factor = 3.0;
+  {
+    Hub hub(o);
+    hub.job_event("start", "cohort run started", {{"detectors", {{"straggler_factor", 3.0}, {"straggler_window", 20}}}});
+    hub.round_started(0, 2, 0);
+    feed_two_ranks(hub, 0, 60, "forward", 0.010);  // rank 1 busy 20 ms vs 10 ms: 2x
+    EXPECT_TRUE(events_of(hub.snapshot(), "anomaly", "straggler").empty());
+  }
+  Hub replay({});  // default factor 1.5 until the log says otherwise
+  replay.replay_file(dir.path() + "/events.jsonl");
+  EXPECT_NE(rank_of(replay.snapshot(), 1)["state"], "slow");
+  Hub judged_by_default({});
+  judged_by_default.round_started(0, 2, 0);
+  feed_two_ranks(judged_by_default, 0, 60, "forward", 0.010);
+  EXPECT_EQ(rank_of(judged_by_default.snapshot(), 1)["state"], "slow") << "the test's 2x must be a straggler at 1.5";
+}
+
 TEST(HubLog, LinesAreJsonWithTimeAndType) {
   TempDir dir;
   HubOptions o;

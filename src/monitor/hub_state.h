@@ -1,0 +1,154 @@
+// monitor/hub_state.h — private to the hub: Hub::State, what the hub knows about the job and each
+// rank, and which of the hub's files does what with it:
+//   hub.cpp           the inputs: worker messages, launcher events, rounds, ticks; applying them
+//   hub_detect.cpp    the detectors run on that state (job steps, loss spike, straggler, NaN, stall)
+//   hub_snapshot.cpp  snapshot() and the JSON pieces the "state" stream message shares with it
+//   hub_prometheus.cpp  prometheus_text()
+//   hub_replay.cpp    feeding a written log back in (`cohort dashboard RUN_DIR`)
+//   hub_stream.*      the subscribers' queues
+// One mutex (State::mu) guards all of it; every State method expects it held. Nothing public here:
+// hub.h is the hub's interface, and this header is included by the hub's own .cpp files only.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <deque>
+#include <istream>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "event_log_writer.h"
+#include "hub.h"
+#include "hub_stream.h"
+#include "hub_values.h"
+
+namespace cohort::hub {
+namespace detail {
+
+/// One step of a rank in the straggler window.
+struct WindowPoint {
+  double busy = kNaN;
+  std::map<std::string, double> phases;
+};
+
+struct RankState {
+  int rank = 0;
+  int node = -1;
+  std::string state = "starting";
+  std::string reason;
+  bool straggler = false;
+  std::string slow_phase;
+  nlohmann::json last;        // the latest metrics record (null before the first)
+  int64_t step = -1;          // the latest step reported
+  int64_t steps_total = 0;    // metrics records this run
+  double comm_bytes_total = 0;
+  std::deque<WindowPoint> window;            // this round's recent steps (the straggler rule)
+  std::deque<nlohmann::json> history;        // recent {step, step_s, phases} (the step-time view), kept over rounds
+  double progress_at = 0;                    // wall time (hub clock) the step last advanced
+  int64_t nan_event_step = std::numeric_limits<int64_t>::min();  // the step of its last nan anomaly
+  struct PendingNan {
+    int64_t step;
+    std::string what;
+    double value_seen_at;
+    double value;
+  };
+  std::optional<PendingNan> pending_nan;
+};
+
+/// A job step not yet reported by every rank.
+struct PendingStep {
+  int reports = 0;
+  double loss_sum = 0;
+  int losses = 0;
+  bool loss_nonfinite = false;
+  double sps_sum = 0;
+  int sps = 0;
+  double t = 0;
+  bool rank0_loss = false;
+  double rank0_loss_value = kNaN;
+};
+
+}  // namespace detail
+
+struct Hub::State {
+  using json = nlohmann::json;
+  using RankState = detail::RankState;
+  using PendingStep = detail::PendingStep;
+
+  explicit State(HubOptions o)
+      : options(std::move(o)), log(options.run_dir.empty() ? "" : options.run_dir + "/events.jsonl") {}
+
+  mutable std::mutex mu;
+  HubOptions options;
+  EventLogWriter log;
+  bool replaying = false;
+
+  // the job
+  std::string job_name;
+  std::string job_state = "starting";
+  int world_size = 0;
+  int round = -1;  // -1: no round_started yet (metrics are accepted from any round)
+  int restarts = 0;
+  json started_at = nullptr;
+  std::string run_dir;  // as the start event says
+  int64_t job_step = -1;
+  std::map<int, RankState> ranks;
+
+  // job-level history and detectors
+  std::deque<json> history;                    // {step, t, loss, samples_per_s}
+  std::map<int64_t, PendingStep> pending;      // job steps not yet reported by every rank
+  int64_t last_finalized = std::numeric_limits<int64_t>::min();
+  std::deque<double> spike_losses;
+  bool in_spike = false;
+  bool stalled = false;
+  bool progressed_this_round = false;
+  double progress_at = 0;
+
+  std::deque<json> events;
+  std::map<std::string, int64_t> events_total;
+  std::map<std::string, int64_t> anomalies_total;
+
+  detail::Subscribers subscribers;
+  bool closed = false;
+
+  // ---- hub.cpp: output helpers, events, rounds, metrics ----
+  void publish(const char* event, const std::string& data) { subscribers.publish(event, data); }
+  /// A line for the log and the stream; `line` is already in the log's form (nothing when replaying).
+  void emit(const char* stream_event, const json& line);
+  /// The "state" message: the job and the rank grid changed.
+  void publish_state();
+  RankState& rank(int r);
+  json event_line(const std::string& kind, const std::string& message, json fields, double t);
+  /// A new event: applied, logged, streamed.
+  void record_event(json line);
+  void anomaly(const std::string& what, const std::string& message, json fields);
+  /// What an event line does to the state (live and in replay).
+  void apply_event(const json& line);
+  void start_round(int new_round, int ws, int restart_count);
+  void apply_metrics(const json& record, double now);
+
+  // ---- hub_detect.cpp ----
+  /// Draws the pending job steps up to `last` (history, loss spike, straggler).
+  void finalize_through(int64_t last);
+  void finalize(int64_t step, const PendingStep& ps);
+  void check_stragglers(int64_t step);
+  /// NaN/Inf the worker did not report itself within the grace time (`all`: regardless of it).
+  void flush_pending_nans(double now, bool all);
+  /// One stall event when no step advanced for --stall-timeout.
+  void check_stall(double now);
+
+  // ---- hub_snapshot.cpp ----
+  json job_json() const;
+  json rank_json(const RankState& s) const;
+  json ranks_json() const;
+
+  // ---- hub_replay.cpp ----
+  /// Lines of a log, applied as they were when they were written; returns the lines read.
+  size_t replay(std::istream& in);
+};
+
+}  // namespace cohort::hub
