@@ -381,6 +381,18 @@ std::string fashion_mnist() {
       GTEST_FAIL() << "no Fashion-MNIST dataset (scripts/setup.sh installs dataset-fashion-mnist)";       \
   } while (0)
 
+// The worker of `rank` among the children of the `cohort run` with pid `agent` (its environment
+// says COHORT_RANK=<rank>); 0 when there is none.
+pid_t worker_of_rank(pid_t agent, int rank) {
+  std::istringstream children(slurp("/proc/" + std::to_string(agent) + "/task/" + std::to_string(agent) + "/children"));
+  for (pid_t child; children >> child;) {
+    std::string env = slurp("/proc/" + std::to_string(child) + "/environ");
+    std::replace(env.begin(), env.end(), '\0', '\n');
+    if (contains("\n" + env, "\nCOHORT_RANK=" + std::to_string(rank) + "\n")) return child;
+  }
+  return 0;
+}
+
 std::vector<std::string> trainer(std::vector<std::string> args) {
   std::vector<std::string> cmd{fashion_mnist(), "--model", "mlp", "--train-limit", "4096", "--batch-size", "32",
                                "--no-eval", "--threads", "1"};
@@ -450,14 +462,7 @@ TEST(MonitorFashionMnist, KilledRankIsAFailureEvent) {
   Child job(cohort_run(dir, {"--nproc-per-node", "2"}, trainer({"--max-steps", "100000", "--epochs", "100"})));
   ASSERT_TRUE(wait_until([&] { return metrics(read_log(dir), 1).size() >= 3; }, 60)) << "no metrics from rank 1";
   // Rank 1's worker: the child of cohort run whose environment says COHORT_RANK=1.
-  pid_t victim = 0;
-  std::istringstream children(slurp("/proc/" + std::to_string(job.pid()) + "/task/" + std::to_string(job.pid()) +
-                                    "/children"));
-  for (pid_t child; children >> child;) {
-    std::string env = slurp("/proc/" + std::to_string(child) + "/environ");
-    std::replace(env.begin(), env.end(), '\0', '\n');
-    if (contains("\n" + env, "\nCOHORT_RANK=1\n")) victim = child;
-  }
+  const pid_t victim = worker_of_rank(job.pid(), 1);
   ASSERT_NE(victim, 0);
   kill(victim, SIGKILL);
   Result r = job.wait(60);
@@ -482,14 +487,7 @@ TEST(MonitorFashionMnist, OneRunWithNanSlowRankAndKilledRankLogsEveryEvent) {
                                 "--inject-nan-rank", "1", "--slow-rank", "1", "--slow-ms", "120"})));  // (120: see above)
   ASSERT_TRUE(wait_until([&] { return !events(read_log(dir), "anomaly", "straggler").empty(); }, 90))
       << "no straggler event: " << dump(read_log(dir));
-  pid_t victim = 0;  // rank 0's worker this time (rank 1 is the slowed one)
-  std::istringstream children(slurp("/proc/" + std::to_string(job.pid()) + "/task/" + std::to_string(job.pid()) +
-                                    "/children"));
-  for (pid_t child; children >> child;) {
-    std::string env = slurp("/proc/" + std::to_string(child) + "/environ");
-    std::replace(env.begin(), env.end(), '\0', '\n');
-    if (contains("\n" + env, "\nCOHORT_RANK=0\n")) victim = child;
-  }
+  const pid_t victim = worker_of_rank(job.pid(), 0);  // rank 1 is the slowed one
   ASSERT_NE(victim, 0);
   kill(victim, SIGKILL);
   Result r = job.wait(120);
