@@ -3,7 +3,6 @@
 // the seating, elastic_roster.h for the connections to the other agents.
 #include <iostream>
 #include <set>
-#include <sstream>
 
 #include "cohort/error.h"
 #include "elastic_coordinators.h"
@@ -12,17 +11,14 @@
 #include "failure_history.h"
 #include "host_info.h"
 #include "membership.h"
+#include "runtime/duration_text.h"
 #include "peer_protocol.h"
 #include "signal_pipe.h"
 
 namespace cohort::launcher {
 namespace {
 
-std::string seconds_text(double s) {
-  std::ostringstream os;
-  os << s << " s";
-  return os.str();
-}
+using cohort::detail::seconds_text;  // "30 s", "0.5 s"
 
 std::string plural(int n, const std::string& word) { return std::to_string(n) + " " + word + (n == 1 ? "" : "s"); }
 

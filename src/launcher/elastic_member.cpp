@@ -4,24 +4,20 @@
 
 #include <cstring>
 #include <iostream>
-#include <sstream>
 
 #include "cohort/error.h"
 #include "elastic_coordinators.h"
 #include "elastic_options.h"
 #include "heartbeat.h"
 #include "peer_protocol.h"
+#include "runtime/duration_text.h"
 #include "signal_pipe.h"
 #include "socket_util.h"
 
 namespace cohort::launcher {
 namespace {
 
-std::string seconds_text(double s) {
-  std::ostringstream os;
-  os << s << " s";
-  return os.str();
-}
+using cohort::detail::seconds_text;  // "30 s", "0.5 s"
 
 class ElasticMember : public Coordinator {
  public:

@@ -8,8 +8,7 @@
 
 namespace cohort::detail {
 
-inline std::string seconds_text(std::chrono::milliseconds ms) {
-  const double s = static_cast<double>(ms.count()) / 1000.0;
+inline std::string seconds_text(double s) {
   std::ostringstream os;
   if (s == std::floor(s)) {
     os << static_cast<long long>(s);
@@ -19,5 +18,7 @@ inline std::string seconds_text(std::chrono::milliseconds ms) {
   os << " s";
   return os.str();
 }
+
+inline std::string seconds_text(std::chrono::milliseconds ms) { return seconds_text(static_cast<double>(ms.count()) / 1000.0); }
 
 }  // namespace cohort::detail
