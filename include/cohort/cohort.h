@@ -7,6 +7,7 @@
 #include "cohort/distributed_data_parallel.h"
 #include "cohort/distributed_sampler.h"
 #include "cohort/error.h"
+#include "cohort/fused_adam.h"
 #include "cohort/idx.h"
 #include "cohort/job_env.h"
 #include "cohort/sharded_data_parallel.h"

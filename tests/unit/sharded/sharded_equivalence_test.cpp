@@ -22,7 +22,11 @@ struct Case {
 
 std::string name_of(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
-  const char* opt = c.opt == Opt::sgd ? "SGD" : c.opt == Opt::adam ? "Adam" : "AdamW";
+  const char* opt = c.opt == Opt::sgd          ? "SGD"
+                    : c.opt == Opt::adam       ? "Adam"
+                    : c.opt == Opt::fused_adam ? "FusedAdam"
+                    : c.opt == Opt::fused_adamw ? "FusedAdamW"
+                                                : "AdamW";
   std::string rs = c.rs == cohort::ReduceScatterAlgo::ring ? "_ring" : c.rs == cohort::ReduceScatterAlgo::allreduce_slice ? "_allreduce_slice" : "";
   return "W" + std::to_string(c.world) + "_level" + std::to_string(static_cast<int>(c.level)) + "_" + opt +
          (c.same_machine ? "_shm" : "") + rs;
@@ -32,6 +36,7 @@ std::string name_of(const ::testing::TestParamInfo<Case>& info) {
 struct Result {
   StateMap ddp, sharded;
   cohort::ShardedStats stats;
+  std::vector<StateMap> ddp_by_rank, sharded_by_rank;  // every rank's view, for bitwise agreement
 };
 
 Result train_both(const Case& c, int steps, double clip = 0, int accumulate = 1) {
@@ -39,6 +44,8 @@ Result train_both(const Case& c, int steps, double clip = 0, int accumulate = 1)
   const auto batches = make_batches(steps * accumulate, B * c.world, 3);
   const auto init = mlp_init(11), other = mlp_init(12);
   Result result;
+  result.ddp_by_rank.resize(c.world);
+  result.sharded_by_rank.resize(c.world);
   std::mutex mu;
   run_ranks(c.world, [&](std::shared_ptr<cohort::Context> ctx) {
     const int r = ctx->rank();
@@ -83,6 +90,8 @@ Result train_both(const Case& c, int steps, double clip = 0, int accumulate = 1)
     }
     auto full = to_map(model->full_state(nullptr).model);
     std::lock_guard<std::mutex> lock(mu);
+    result.ddp_by_rank[r] = named_parameters(ddp);
+    result.sharded_by_rank[r] = full;
     if (r == 0) {
       result.ddp = named_parameters(ddp);
       result.sharded = full;
@@ -98,6 +107,12 @@ TEST_P(ShardedEquivalence, SameParametersAsDdp) {
   const Case c = GetParam();
   const auto r = train_both(c, 4);
   expect_same_state(r.sharded, r.ddp);
+  if (c.opt == Opt::fused_adam || c.opt == Opt::fused_adamw) {  // every rank holds bitwise the same model
+    for (int k = 1; k < c.world; ++k) {
+      expect_bitwise_equal(r.ddp_by_rank[k], r.ddp_by_rank[0]);
+      expect_bitwise_equal(r.sharded_by_rank[k], r.sharded_by_rank[0]);
+    }
+  }
   EXPECT_EQ(r.stats.sync_iterations, 4);
   EXPECT_EQ(r.stats.num_units, c.level == ShardingLevel::parameters ? 3 : r.stats.num_units);
   EXPECT_GT(r.stats.reductions_in_backward, 0);  // launched from hooks, overlapping backward
@@ -113,6 +128,13 @@ std::vector<Case> cases() {
   out.push_back({3, ShardingLevel::parameters, Opt::adam, true});
   out.push_back({4, ShardingLevel::gradients, Opt::sgd, true, cohort::ReduceScatterAlgo::ring});
   out.push_back({3, ShardingLevel::parameters, Opt::adam, false, cohort::ReduceScatterAlgo::allreduce_slice});
+  // cohort::FusedAdam / FusedAdamW (weight decay on) under each level, against DDP with the same.
+  for (auto level : {ShardingLevel::optimizer_state, ShardingLevel::gradients, ShardingLevel::parameters}) {
+    out.push_back({3, level, Opt::fused_adam});
+    out.push_back({3, level, Opt::fused_adam, true});
+  }
+  out.push_back({2, ShardingLevel::optimizer_state, Opt::fused_adamw, true});
+  out.push_back({4, ShardingLevel::parameters, Opt::fused_adamw});
   return out;
 }
 

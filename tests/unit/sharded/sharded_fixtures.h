@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cohort/distributed_data_parallel.h"
+#include "cohort/fused_adam.h"
 #include "cohort/sharded_data_parallel.h"
 #include "support/ddp_fixtures.h"
 
@@ -33,12 +34,15 @@ inline torch::nn::Sequential make_mlp(const std::vector<torch::Tensor>& init) {
   return m;
 }
 
-enum class Opt { sgd, adam, adamw };
+enum class Opt { sgd, adam, adamw, fused_adam, fused_adamw };
 
 inline std::unique_ptr<torch::optim::Optimizer> make_optimizer(Opt opt, std::vector<torch::Tensor> params) {
   switch (opt) {
     case Opt::sgd: return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(0.1).momentum(0.9));
     case Opt::adam: return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(0.01));
+    case Opt::fused_adam: return std::make_unique<cohort::FusedAdam>(params, torch::optim::AdamOptions(0.01).weight_decay(0.05));
+    case Opt::fused_adamw:
+      return std::make_unique<cohort::FusedAdamW>(params, torch::optim::AdamWOptions(0.01).weight_decay(0.1));
     default: return std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(0.01).weight_decay(0.1));
   }
 }

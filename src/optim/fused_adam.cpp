@@ -1,0 +1,142 @@
+// FusedAdam / FusedAdamW: libtorch's Adam / AdamW step() with the element-wise work done by one
+// fused loop per parameter (adam_kernel.h). State handling — creation, keys, fields — is the base
+// class's, line for line, so everything that reads an Adam's state keeps working.
+#include "cohort/fused_adam.h"
+
+#include <ATen/Parallel.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <cmath>
+
+#include "cohort/torch_compat.h"
+#include "optim/adam_kernel.h"
+
+namespace cohort {
+
+namespace {
+
+using torch::Tensor;
+
+bool fusable_tensor(const Tensor& t, int64_t numel) {
+  return t.defined() && t.layout() == torch::kStrided && t.device().is_cpu() && t.scalar_type() == torch::kFloat &&
+         t.is_contiguous() && t.numel() == numel;
+}
+
+// Whether every parameter the step would touch can take the fused loop. Checked for the whole
+// step first, so a step is either entirely fused or entirely the base class's.
+template <typename Options, typename State, typename StateMap>
+bool fusable_step(const std::vector<torch::optim::OptimizerParamGroup>& groups, const StateMap& state) {
+  for (const auto& group : groups) {
+    const bool amsgrad = static_cast<const Options&>(group.options()).amsgrad();
+    for (const auto& p : group.params()) {
+      const auto& g = p.grad();
+      if (!g.defined()) continue;
+      if (!fusable_tensor(p, p.numel()) || !fusable_tensor(g, p.numel())) return false;
+      const auto it = state.find(optimizer_state_key<StateMap>(p));
+      if (it == state.end()) continue;  // created below, contiguous
+      const auto& s = static_cast<const State&>(*it->second);
+      if (!fusable_tensor(s.exp_avg(), p.numel()) || !fusable_tensor(s.exp_avg_sq(), p.numel())) return false;
+      if (amsgrad && !fusable_tensor(s.max_exp_avg_sq(), p.numel())) return false;
+    }
+  }
+  return true;
+}
+
+// Elements per task when the intra-op pool splits a parameter: large enough that a task's
+// start-up cost is noise against ~28 bytes of memory traffic per element.
+constexpr int64_t kGrain = 1 << 16;
+
+template <typename Options, typename State, typename StateMap>
+void fused_step(std::vector<torch::optim::OptimizerParamGroup>& groups, StateMap& state_map, bool decoupled) {
+  for (auto& group : groups) {
+    auto& options = static_cast<Options&>(group.options());
+    for (auto& p : group.params()) {
+      const auto& grad = p.grad();
+      if (!grad.defined()) continue;
+      const auto key = optimizer_state_key<StateMap>(p);
+      auto it = state_map.find(key);
+      if (it == state_map.end()) {  // as the base class initialises it
+        auto s = std::make_unique<State>();
+        s->step(0);
+        s->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+        s->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+        if (options.amsgrad()) s->max_exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+        it = state_map.insert_or_assign(key, std::move(s)).first;
+      }
+      auto& s = static_cast<State&>(*it->second);
+      s.step(s.step() + 1);
+      const double beta1 = std::get<0>(options.betas()), beta2 = std::get<1>(options.betas());
+      const double bias_correction1 = 1 - std::pow(beta1, s.step());
+      const double bias_correction2 = 1 - std::pow(beta2, s.step());
+
+      detail::AdamCoeffs c;
+      c.beta1 = static_cast<float>(beta1);
+      c.one_minus_beta1 = static_cast<float>(1 - beta1);
+      c.beta2 = static_cast<float>(beta2);
+      c.one_minus_beta2 = static_cast<float>(1 - beta2);
+      c.sqrt_bias_correction2 = static_cast<float>(std::sqrt(bias_correction2));
+      c.eps = static_cast<float>(options.eps());
+      c.neg_step_size = static_cast<float>(-(options.lr() / bias_correction1));
+      if (options.weight_decay() != 0) {
+        if (decoupled) {
+          c.use_decay = true;
+          c.decay = static_cast<float>(1 - options.lr() * options.weight_decay());
+        } else {
+          c.use_l2 = true;
+          c.l2 = static_cast<float>(options.weight_decay());
+        }
+      }
+      c.amsgrad = options.amsgrad();
+
+      float* pp = p.data_ptr<float>();
+      const float* gp = grad.data_ptr<float>();
+      float* mp = s.exp_avg().template data_ptr<float>();
+      float* vp = s.exp_avg_sq().template data_ptr<float>();
+      float* vmaxp = c.amsgrad ? s.max_exp_avg_sq().template data_ptr<float>() : nullptr;
+      at::parallel_for(0, p.numel(), kGrain, [&](int64_t begin, int64_t end) {
+        detail::adam_update(pp + begin, gp + begin, mp + begin, vp + begin, vmaxp ? vmaxp + begin : nullptr,
+                            end - begin, c);
+      });
+      // The in-place ops of the base class bump these counters; code that watches a parameter's
+      // version (autograd's saved-tensor checks, sharded gathers) must see the same.
+      torch::autograd::impl::bump_version(p);
+      torch::autograd::impl::bump_version(s.exp_avg());
+      torch::autograd::impl::bump_version(s.exp_avg_sq());
+      if (c.amsgrad) torch::autograd::impl::bump_version(s.max_exp_avg_sq());
+    }
+  }
+}
+
+}  // namespace
+
+Tensor FusedAdam::step(LossClosure closure) {
+  torch::NoGradGuard no_grad;
+  Tensor loss;
+  if (closure != nullptr) {
+    at::AutoGradMode enable_grad(true);
+    loss = closure();
+  }
+  if (!fusable_step<torch::optim::AdamOptions, torch::optim::AdamParamState>(param_groups_, state_)) {
+    torch::optim::Adam::step(nullptr);
+    return loss;
+  }
+  fused_step<torch::optim::AdamOptions, torch::optim::AdamParamState>(param_groups_, state_, /*decoupled=*/false);
+  return loss;
+}
+
+Tensor FusedAdamW::step(LossClosure closure) {
+  torch::NoGradGuard no_grad;
+  Tensor loss;
+  if (closure != nullptr) {
+    at::AutoGradMode enable_grad(true);
+    loss = closure();
+  }
+  if (!fusable_step<torch::optim::AdamWOptions, torch::optim::AdamWParamState>(param_groups_, state_)) {
+    torch::optim::AdamW::step(nullptr);
+    return loss;
+  }
+  fused_step<torch::optim::AdamWOptions, torch::optim::AdamWParamState>(param_groups_, state_, /*decoupled=*/true);
+  return loss;
+}
+
+}  // namespace cohort
