@@ -60,9 +60,10 @@ enum class ReduceScatterAlgo {
 
 /// How updated shards are gathered into full units.
 enum class AllgatherAlgo {
-  automatic,      // shared memory when all ranks are on one machine, else the backend's allgather
+  automatic,      // shm when all ranks are on one machine, else the backend's allgather
   backend,        // the process group's allgather
   shm_allreduce,  // each rank writes its shard into a zeroed unit; a shared-memory sum gathers them
+  shm,            // each rank copies its shard into shared memory and the others' shards out of it
 };
 
 struct ShardedOptions {

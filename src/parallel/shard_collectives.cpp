@@ -19,6 +19,7 @@ std::string ShardCollectives::name(AllgatherAlgo a) {
   switch (a) {
     case AllgatherAlgo::backend: return "backend";
     case AllgatherAlgo::shm_allreduce: return "shm_allreduce";
+    case AllgatherAlgo::shm: return "shm";
     default: return "automatic";
   }
 }
@@ -31,14 +32,15 @@ ShardCollectives::ShardCollectives(c10::intrusive_ptr<Backend> group, ShmAllredu
     throw ConfigError(rank_, "ShardedDataParallel: reduce_scatter = native, but this libtorch's " +
                                  group_->getBackendName() +
                                  " process group has no reduce_scatter; use ring or allreduce_slice");
-  if (ag_ == AllgatherAlgo::shm_allreduce && !shm_)
-    throw ConfigError(rank_, "ShardedDataParallel: allgather = shm_allreduce needs the shared-memory allreduce "
-                             "(all ranks on one machine, COHORT_SHM not 0); use backend");
+  if ((ag_ == AllgatherAlgo::shm_allreduce || ag_ == AllgatherAlgo::shm) && !shm_)
+    throw ConfigError(rank_, "ShardedDataParallel: allgather = " + name(ag_) +
+                                 " needs the shared-memory engine "
+                                 "(all ranks on one machine, COHORT_SHM not 0); use backend");
   // Measured on 2 cores (docs/sharded.md): the shared-memory allreduce beats Gloo's TCP for both
   // collectives when the ranks share a machine; otherwise the ring moves the fewest bytes.
   if (rs_ == ReduceScatterAlgo::automatic)
     rs_ = native ? ReduceScatterAlgo::native : shm_ ? ReduceScatterAlgo::allreduce_slice : ReduceScatterAlgo::ring;
-  if (ag_ == AllgatherAlgo::automatic) ag_ = shm_ ? AllgatherAlgo::shm_allreduce : AllgatherAlgo::backend;
+  if (ag_ == AllgatherAlgo::automatic) ag_ = shm_ ? AllgatherAlgo::shm : AllgatherAlgo::backend;
   native_ag_ = native && ag_ == AllgatherAlgo::backend;
 }
 
@@ -102,7 +104,12 @@ void ShardCollectives::allgather(torch::Tensor shard, torch::Tensor full) {
     if (own.data_ptr() != shard.data_ptr()) own.copy_(shard);
     return;
   }
-  if (ag_ == AllgatherAlgo::shm_allreduce) {
+  if (ag_ == AllgatherAlgo::shm && ShmAllreduce::supports(full)) {
+    if (own.data_ptr() != shard.data_ptr()) own.copy_(shard);
+    shm_->allgather_async(full, "sharded parameters")->wait();
+    return;
+  }
+  if (ag_ == AllgatherAlgo::shm_allreduce || ag_ == AllgatherAlgo::shm) {  // the reference (and other dtypes)
     if (own.data_ptr() != shard.data_ptr()) own.copy_(shard);
     if (rank_ > 0) full.narrow(0, 0, rank_ * chunk).zero_();
     if (rank_ + 1 < world_) full.narrow(0, (rank_ + 1) * chunk, (world_ - rank_ - 1) * chunk).zero_();

@@ -9,7 +9,9 @@
 //     native          the backend's _reduce_scatter_base (NCCL)
 //   allgather(shard, full): every rank's shard into its place in full
 //     backend         the process group's allgather (Gloo: through TCP, plus a copy in and out)
-//     shm_allreduce   zero full, write the own shard, sum over ranks in shared memory
+//     shm             copy the own shard into shared memory, the others' out (ShmAllreduce::allgather_async)
+//     shm_allreduce   zero full, write the own shard, sum over ranks in shared memory (the slower
+//                     reference the shm path is tested against)
 //     native          the backend's _allgather_base (NCCL)
 // docs/sharded.md lists the measured speeds that set the `automatic` choices.
 // Every collective is recorded in the flight recorder (the shared-memory engine records its own),

@@ -160,12 +160,26 @@ std::shared_ptr<ShmPending> ShmAllreduce::allreduce_async(at::Tensor t, double s
   FlightOp entry = flight_op("allreduce", what, index, t, "shm");
   entry.gradient = gradient;
   const uint64_t seq = flight_record(entry);
+  submit(Op{std::move(t), scale, pending, seq});
+  return pending;
+}
+
+std::shared_ptr<ShmPending> ShmAllreduce::allgather_async(at::Tensor full, const char* what, int32_t index) {
+  COHORT_CHECK(supports(full) && full.numel() % world_ == 0,
+               "rank " << rank_ << ": shared-memory allgather needs a contiguous CPU float/double tensor whose size ("
+                       << full.numel() << ") divides by the world size (" << world_ << ")");
+  auto pending = std::make_shared<ShmPending>();
+  const uint64_t seq = flight_record(flight_op("allgather", what, index, full, "shm"));
+  submit(Op{std::move(full), 1.0, pending, seq, /*gather=*/true});
+  return pending;
+}
+
+void ShmAllreduce::submit(Op op) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(Op{std::move(t), scale, pending, seq});
+    queue_.push_back(std::move(op));
   }
   cv_.notify_one();
-  return pending;
 }
 
 void ShmAllreduce::run() {
@@ -197,6 +211,10 @@ void ShmAllreduce::run() {
 
 void ShmAllreduce::allreduce_now(Op& op) {
   at::Tensor& t = op.tensor;
+  if (op.gather) {
+    allgather_bytes(static_cast<unsigned char*>(t.data_ptr()), t.nbytes() / static_cast<size_t>(world_));
+    return;
+  }
   if (t.scalar_type() == at::kFloat) {
     allreduce_typed(t.data_ptr<float>(), static_cast<size_t>(t.numel()), static_cast<float>(op.scale));
   } else {
@@ -238,6 +256,21 @@ void ShmAllreduce::allreduce_typed(T* data, size_t n, T scale) {
       const size_t a = seg_begin(k), b = seg_begin(k + 1);
       std::memcpy(data + begin + a, slot(k) + a, (b - a) * sizeof(T));
     }
+  }
+}
+
+// See the header: one barrier a chunk. Double buffering covers the reuse of a buffer as it does for
+// the allreduce (a chunk's slots are read only between its barrier and the next chunk's).
+void ShmAllreduce::allgather_bytes(unsigned char* data, size_t part_bytes) {
+  for (size_t begin = 0; begin < part_bytes; begin += slot_bytes_) {
+    const size_t len = std::min(slot_bytes_, part_bytes - begin);
+    unsigned char* buffer = buffers_ + (chunk_counter_++ % 2) * world_ * slot_bytes_;
+    auto slot = [&](int k) { return buffer + static_cast<size_t>(k) * slot_bytes_; };
+    auto part = [&](int k) { return data + static_cast<size_t>(k) * part_bytes + begin; };
+    std::memcpy(slot(rank_), part(rank_), len);
+    barrier();
+    for (int k = 0; k < world_; ++k)
+      if (k != rank_) std::memcpy(part(k), slot(k), len);
   }
 }
 

@@ -7,6 +7,10 @@
 //   2. rank r sums segment r of the chunk over all slots, in rank order, into slot r's segment r;
 //                                                          barrier
 //   3. rank r copies every slot k's segment k into its tensor.
+// Allgather (allgather_async) uses the same slots with one barrier a chunk: rank r copies the next
+// piece of its own part into slot r; barrier; it copies every other slot into the other ranks'
+// parts. Per rank that moves the part once in and the other W-1 parts once out (n bytes in all),
+// against ~4n for "zero the others' parts, then allreduce".
 // Double buffering makes a third barrier unnecessary: chunk i+2 reuses chunk i's buffer only after
 // every rank passed chunk i+1's first barrier, i.e. finished reading chunk i. Each segment is
 // summed by one rank in a fixed order, so every rank gets bitwise the same result.
@@ -67,6 +71,11 @@ class ShmAllreduce {
   /// `gradient`: a gradient reduction (the monitor's comm_s counts its time in flight).
   std::shared_ptr<ShmPending> allreduce_async(at::Tensor t, double scale = 1.0, const char* what = "shm allreduce",
                                               int32_t index = -1, bool gradient = false);
+  /// Allgather in place: `full` (supports(), numel divisible by the world size) holds this rank's
+  /// part at [rank·n/W, (rank+1)·n/W); afterwards it holds every rank's part. The other parts'
+  /// old contents are overwritten, never read. Bitwise copies, so every rank ends with the same
+  /// bytes. Recorded in the flight recorder as "allgather of <what> <index>".
+  std::shared_ptr<ShmPending> allgather_async(at::Tensor full, const char* what = "shm allgather", int32_t index = -1);
 
  private:
   struct Control;
@@ -77,10 +86,13 @@ class ShmAllreduce {
     double scale;
     std::shared_ptr<ShmPending> pending;
     uint64_t flight_seq = 0;  // its flight-recorder entry
+    bool gather = false;      // allgather instead of allreduce
   };
+  void submit(Op op);
   void allreduce_now(Op& op);
   template <typename T>
   void allreduce_typed(T* data, size_t n, T scale);
+  void allgather_bytes(unsigned char* data, size_t part_bytes);
   void barrier();
   void check_peers_alive();
 

@@ -76,7 +76,9 @@ TEST(ShardedOptions, NativeReduceScatterOnGloo) {
 TEST(ShardedOptions, ShmAllgatherWithoutSharedMemory) {
   cohort::ShardedOptions o;
   o.allgather = cohort::AllgatherAlgo::shm_allreduce;
-  expect_config_error_on_every_rank(o, "needs the shared-memory allreduce");
+  expect_config_error_on_every_rank(o, "allgather = shm_allreduce needs the shared-memory engine");
+  o.allgather = cohort::AllgatherAlgo::shm;
+  expect_config_error_on_every_rank(o, "allgather = shm needs the shared-memory engine");
 }
 
 TEST(ShardedOptions, BadLevelAndCap) {
