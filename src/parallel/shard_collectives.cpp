@@ -11,6 +11,7 @@ std::string ShardCollectives::name(ReduceScatterAlgo a) {
     case ReduceScatterAlgo::ring: return "ring";
     case ReduceScatterAlgo::allreduce_slice: return "allreduce_slice";
     case ReduceScatterAlgo::native: return "native";
+    case ReduceScatterAlgo::shm: return "shm";
     default: return "automatic";
   }
 }
@@ -32,6 +33,9 @@ ShardCollectives::ShardCollectives(c10::intrusive_ptr<Backend> group, ShmAllredu
     throw ConfigError(rank_, "ShardedDataParallel: reduce_scatter = native, but this libtorch's " +
                                  group_->getBackendName() +
                                  " process group has no reduce_scatter; use ring or allreduce_slice");
+  if (rs_ == ReduceScatterAlgo::shm && !shm_)
+    throw ConfigError(rank_, "ShardedDataParallel: reduce_scatter = shm needs the shared-memory engine "
+                             "(all ranks on one machine, COHORT_SHM not 0); use ring or allreduce_slice");
   if ((ag_ == AllgatherAlgo::shm_allreduce || ag_ == AllgatherAlgo::shm) && !shm_)
     throw ConfigError(rank_, "ShardedDataParallel: allgather = " + name(ag_) +
                                  " needs the shared-memory engine "
@@ -39,7 +43,7 @@ ShardCollectives::ShardCollectives(c10::intrusive_ptr<Backend> group, ShmAllredu
   // Measured on 2 cores (docs/sharded.md): the shared-memory allreduce beats Gloo's TCP for both
   // collectives when the ranks share a machine; otherwise the ring moves the fewest bytes.
   if (rs_ == ReduceScatterAlgo::automatic)
-    rs_ = native ? ReduceScatterAlgo::native : shm_ ? ReduceScatterAlgo::allreduce_slice : ReduceScatterAlgo::ring;
+    rs_ = native ? ReduceScatterAlgo::native : shm_ ? ReduceScatterAlgo::shm : ReduceScatterAlgo::ring;
   if (ag_ == AllgatherAlgo::automatic) ag_ = shm_ ? AllgatherAlgo::shm : AllgatherAlgo::backend;
   native_ag_ = native && ag_ == AllgatherAlgo::backend;
 }
@@ -75,6 +79,16 @@ void ShardCollectives::reduce_scatter_avg(torch::Tensor flat, torch::Tensor out)
   torch::NoGradGuard no_grad;
   const int64_t chunk = out.numel();
   switch (rs_) {
+    case ReduceScatterAlgo::shm:
+      if (ShmAllreduce::supports(flat) && ShmAllreduce::supports(out)) {
+        shm_->reduce_scatter_async(flat, out, 1.0 / world_, "sharded gradient", -1, /*gradient=*/true)->wait();
+        return;
+      }
+      [[fallthrough]];  // other dtypes: the allreduce path, which has its own fallback
+    case ReduceScatterAlgo::allreduce_slice:
+      allreduce(flat, 1.0 / world_);
+      if (out.data_ptr() != flat.narrow(0, rank_ * chunk, chunk).data_ptr()) out.copy_(flat.narrow(0, rank_ * chunk, chunk));
+      return;
     case ReduceScatterAlgo::native: {
       flat.div_(world_);
       FlightScope entry(flight_op("reduce_scatter", "sharded gradient", -1, flat, nullptr, /*gradient=*/true));
@@ -82,16 +96,12 @@ void ShardCollectives::reduce_scatter_avg(torch::Tensor flat, torch::Tensor out)
       entry.done();
       return;
     }
-    case ReduceScatterAlgo::allreduce_slice:
-      allreduce(flat, 1.0 / world_);
-      out.copy_(flat.narrow(0, rank_ * chunk, chunk));
-      return;
     default: {
       flat.div_(world_);
       FlightScope entry(flight_op("reduce_scatter", "sharded gradient (ring)", -1, flat, nullptr, /*gradient=*/true));
       ring_reduce_scatter(*group_, rank_, world_, flat, tag_++);
       entry.done();
-      out.copy_(flat.narrow(0, rank_ * chunk, chunk));
+      if (out.data_ptr() != flat.narrow(0, rank_ * chunk, chunk).data_ptr()) out.copy_(flat.narrow(0, rank_ * chunk, chunk));
     }
   }
 }

@@ -39,7 +39,7 @@ struct ShardedCore::Impl : std::enable_shared_from_this<Impl>, ShardedCheckpoint
     size_t fired = 0;                 // parameters whose gradient arrived in this backward
     bool ready = false;               // all gradients in (or completed at the end)
     std::shared_future<void> reduction;
-    torch::Tensor grad_full;          // level 1: the averaged full gradient, kept
+    torch::Tensor grad_full;          // level 1: the full gradient buffer, kept; its shard's part averaged
   };
   struct Slot {
     size_t unit = 0, index = 0;

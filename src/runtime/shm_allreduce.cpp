@@ -160,7 +160,12 @@ std::shared_ptr<ShmPending> ShmAllreduce::allreduce_async(at::Tensor t, double s
   FlightOp entry = flight_op("allreduce", what, index, t, "shm");
   entry.gradient = gradient;
   const uint64_t seq = flight_record(entry);
-  submit(Op{std::move(t), scale, pending, seq});
+  Op op;
+  op.tensor = std::move(t);
+  op.scale = scale;
+  op.pending = pending;
+  op.flight_seq = seq;
+  submit(std::move(op));
   return pending;
 }
 
@@ -170,7 +175,33 @@ std::shared_ptr<ShmPending> ShmAllreduce::allgather_async(at::Tensor full, const
                        << full.numel() << ") divides by the world size (" << world_ << ")");
   auto pending = std::make_shared<ShmPending>();
   const uint64_t seq = flight_record(flight_op("allgather", what, index, full, "shm"));
-  submit(Op{std::move(full), 1.0, pending, seq, /*gather=*/true});
+  Op op;
+  op.tensor = std::move(full);
+  op.scale = 1.0;
+  op.pending = pending;
+  op.flight_seq = seq;
+  op.gather = true;
+  submit(std::move(op));
+  return pending;
+}
+
+std::shared_ptr<ShmPending> ShmAllreduce::reduce_scatter_async(at::Tensor flat, at::Tensor out, double scale,
+                                                              const char* what, int32_t index, bool gradient) {
+  COHORT_CHECK(supports(flat) && supports(out) && flat.scalar_type() == out.scalar_type() &&
+                   flat.numel() == out.numel() * world_ && slot_bytes_ >= static_cast<size_t>(world_) * flat.element_size(),
+               "rank " << rank_ << ": shared-memory reduce-scatter of " << flat.numel() << " elements into "
+                       << out.numel() << " at world size " << world_ << " (slot " << slot_bytes_ << " bytes)");
+  auto pending = std::make_shared<ShmPending>();
+  FlightOp entry = flight_op("reduce_scatter", what, index, flat, "shm");
+  entry.gradient = gradient;
+  const uint64_t seq = flight_record(entry);
+  Op op;
+  op.tensor = std::move(flat);
+  op.scale = scale;
+  op.pending = pending;
+  op.flight_seq = seq;
+  op.out = std::move(out);
+  submit(std::move(op));
   return pending;
 }
 
@@ -213,6 +244,15 @@ void ShmAllreduce::allreduce_now(Op& op) {
   at::Tensor& t = op.tensor;
   if (op.gather) {
     allgather_bytes(static_cast<unsigned char*>(t.data_ptr()), t.nbytes() / static_cast<size_t>(world_));
+    return;
+  }
+  if (op.out.defined()) {
+    const size_t part = static_cast<size_t>(op.out.numel());
+    if (t.scalar_type() == at::kFloat) {
+      reduce_scatter_typed(t.data_ptr<float>(), op.out.data_ptr<float>(), part, static_cast<float>(op.scale));
+    } else {
+      reduce_scatter_typed(t.data_ptr<double>(), op.out.data_ptr<double>(), part, op.scale);
+    }
     return;
   }
   if (t.scalar_type() == at::kFloat) {
@@ -271,6 +311,37 @@ void ShmAllreduce::allgather_bytes(unsigned char* data, size_t part_bytes) {
     barrier();
     for (int k = 0; k < world_; ++k)
       if (k != rank_) std::memcpy(part(k), slot(k), len);
+  }
+}
+
+// See the header. `out` may be data's own part: a chunk writes out[begin, begin + len) only after
+// copying that range into the slot, and later chunks read only ranges beyond it.
+template <typename T>
+void ShmAllreduce::reduce_scatter_typed(const T* data, T* out, size_t part, T scale) {
+  const size_t piece = slot_bytes_ / sizeof(T) / static_cast<size_t>(world_);  // of each rank's part, per chunk
+  for (size_t begin = 0; begin < part; begin += piece) {
+    const size_t len = std::min(piece, part - begin);
+    unsigned char* buffer = buffers_ + (chunk_counter_++ % 2) * world_ * slot_bytes_;
+    auto slot = [&](int k) { return reinterpret_cast<T*>(buffer + static_cast<size_t>(k) * slot_bytes_); };
+    for (int k = 0; k < world_; ++k)
+      std::memcpy(slot(rank_) + k * piece, data + static_cast<size_t>(k) * part + begin, len * sizeof(T));
+    barrier();
+    // As allreduce_typed sums a segment: slot 0, then slots 1.. in rank order, then the scale.
+    constexpr size_t kBlock = 2048;
+    T acc[kBlock];
+    const size_t mine = static_cast<size_t>(rank_) * piece;
+    for (size_t i0 = 0; i0 < len; i0 += kBlock) {
+      const size_t m = std::min(kBlock, len - i0);
+      std::memcpy(acc, slot(0) + mine + i0, m * sizeof(T));
+      for (int k = 1; k < world_; ++k) {
+        const T* other = slot(k) + mine + i0;
+        for (size_t j = 0; j < m; ++j) acc[j] += other[j];
+      }
+      if (scale != T(1)) {
+        for (size_t j = 0; j < m; ++j) acc[j] *= scale;
+      }
+      std::memcpy(out + begin + i0, acc, m * sizeof(T));
+    }
   }
 }
 

@@ -11,6 +11,9 @@
 // piece of its own part into slot r; barrier; it copies every other slot into the other ranks'
 // parts. Per rank that moves the part once in and the other W-1 parts once out (n bytes in all),
 // against ~4n for "zero the others' parts, then allreduce".
+// Reduce-scatter (reduce_scatter_async) likewise: per chunk rank r copies the next piece of every
+// rank's part into slot r; barrier; it sums its own piece over the slots in rank order (the
+// allreduce's order, so the result is bitwise the allreduce's slice) straight into its output.
 // Double buffering makes a third barrier unnecessary: chunk i+2 reuses chunk i's buffer only after
 // every rank passed chunk i+1's first barrier, i.e. finished reading chunk i. Each segment is
 // summed by one rank in a fixed order, so every rank gets bitwise the same result.
@@ -76,6 +79,11 @@ class ShmAllreduce {
   /// old contents are overwritten, never read. Bitwise copies, so every rank ends with the same
   /// bytes. Recorded in the flight recorder as "allgather of <what> <index>".
   std::shared_ptr<ShmPending> allgather_async(at::Tensor full, const char* what = "shm allgather", int32_t index = -1);
+  /// Reduce-scatter: `out` (n/W elements) = scale × (sum over ranks of `flat`)[rank's part]. Both
+  /// supports(); `out` may be `flat`'s own part. Bitwise allreduce_async(flat, scale)'s slice.
+  std::shared_ptr<ShmPending> reduce_scatter_async(at::Tensor flat, at::Tensor out, double scale = 1.0,
+                                                   const char* what = "shm reduce-scatter", int32_t index = -1,
+                                                   bool gradient = false);
 
  private:
   struct Control;
@@ -83,16 +91,19 @@ class ShmAllreduce {
   void run();
   struct Op {
     at::Tensor tensor;
-    double scale;
+    double scale = 1.0;
     std::shared_ptr<ShmPending> pending;
     uint64_t flight_seq = 0;  // its flight-recorder entry
     bool gather = false;      // allgather instead of allreduce
+    at::Tensor out;           // defined: reduce-scatter into it
   };
   void submit(Op op);
   void allreduce_now(Op& op);
   template <typename T>
   void allreduce_typed(T* data, size_t n, T scale);
   void allgather_bytes(unsigned char* data, size_t part_bytes);
+  template <typename T>
+  void reduce_scatter_typed(const T* data, T* out, size_t part, T scale);
   void barrier();
   void check_peers_alive();
 

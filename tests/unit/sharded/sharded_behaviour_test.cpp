@@ -79,6 +79,9 @@ TEST(ShardedOptions, ShmAllgatherWithoutSharedMemory) {
   expect_config_error_on_every_rank(o, "allgather = shm_allreduce needs the shared-memory engine");
   o.allgather = cohort::AllgatherAlgo::shm;
   expect_config_error_on_every_rank(o, "allgather = shm needs the shared-memory engine");
+  cohort::ShardedOptions p;
+  p.reduce_scatter = cohort::ReduceScatterAlgo::shm;
+  expect_config_error_on_every_rank(p, "reduce_scatter = shm needs the shared-memory engine");
 }
 
 TEST(ShardedOptions, BadLevelAndCap) {

@@ -27,7 +27,10 @@ std::string name_of(const ::testing::TestParamInfo<Case>& info) {
                     : c.opt == Opt::fused_adam ? "FusedAdam"
                     : c.opt == Opt::fused_adamw ? "FusedAdamW"
                                                 : "AdamW";
-  std::string rs = c.rs == cohort::ReduceScatterAlgo::ring ? "_ring" : c.rs == cohort::ReduceScatterAlgo::allreduce_slice ? "_allreduce_slice" : "";
+  std::string rs = c.rs == cohort::ReduceScatterAlgo::ring              ? "_ring"
+                   : c.rs == cohort::ReduceScatterAlgo::allreduce_slice ? "_allreduce_slice"
+                   : c.rs == cohort::ReduceScatterAlgo::shm             ? "_shm"
+                                                                        : "";
   return "W" + std::to_string(c.world) + "_level" + std::to_string(static_cast<int>(c.level)) + "_" + opt +
          (c.same_machine ? "_shm" : "") + rs;
 }
@@ -128,6 +131,8 @@ std::vector<Case> cases() {
   out.push_back({3, ShardingLevel::parameters, Opt::adam, true});
   out.push_back({4, ShardingLevel::gradients, Opt::sgd, true, cohort::ReduceScatterAlgo::ring});
   out.push_back({3, ShardingLevel::parameters, Opt::adam, false, cohort::ReduceScatterAlgo::allreduce_slice});
+  out.push_back({3, ShardingLevel::optimizer_state, Opt::adam, true, cohort::ReduceScatterAlgo::allreduce_slice});
+  out.push_back({3, ShardingLevel::optimizer_state, Opt::adam, true, cohort::ReduceScatterAlgo::ring});
   // cohort::FusedAdam / FusedAdamW (weight decay on) under each level, against DDP with the same.
   for (auto level : {ShardingLevel::optimizer_state, ShardingLevel::gradients, ShardingLevel::parameters}) {
     out.push_back({3, level, Opt::fused_adam});
