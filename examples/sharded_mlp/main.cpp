@@ -40,7 +40,8 @@ int main(int argc, char** argv) {
   std::string mode = "zero3";
   int layers = 8, width = 512, batch = 16, steps = 6, warmup = 2, threads = 1;
   double unit_cap_mb = 25, lr = 1e-3;
-  std::string rs = "auto", ag = "auto";
+  int mmap_threshold_kb = 256;
+  std::string rs = "auto", ag = "auto", optimizer_name = "fused_adam";
   app.add_option("--mode", mode, "ddp, zero1, zero2 or zero3")->check(CLI::IsMember({"ddp", "zero1", "zero2", "zero3"}));
   app.add_option("--layers", layers, "hidden Linear(width, width) layers");
   app.add_option("--width", width, "hidden width");
@@ -49,12 +50,21 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup, "steps not timed");
   app.add_option("--threads", threads, "intra-op threads per rank");
   app.add_option("--unit-cap-mb", unit_cap_mb, "zero1/zero2: unit size");
-  app.add_option("--reduce-scatter", rs, "auto, ring or allreduce_slice")->check(CLI::IsMember({"auto", "ring", "allreduce_slice"}));
-  app.add_option("--allgather", ag, "auto, backend or shm_allreduce")->check(CLI::IsMember({"auto", "backend", "shm_allreduce"}));
+  app.add_option("--reduce-scatter", rs, "auto, ring, shm or allreduce_slice")
+      ->check(CLI::IsMember({"auto", "ring", "shm", "allreduce_slice"}));
+  app.add_option("--allgather", ag, "auto, backend, shm or shm_allreduce")
+      ->check(CLI::IsMember({"auto", "backend", "shm", "shm_allreduce"}));
   app.add_option("--lr", lr, "Adam learning rate");
+  app.add_option("--optimizer", optimizer_name, "fused_adam (cohort::FusedAdam, one pass) or adam (torch::optim::Adam)")
+      ->check(CLI::IsMember({"adam", "fused_adam"}));
+  app.add_option("--mmap-threshold-kb", mmap_threshold_kb,
+                 "blocks from this size on are mmap'd and returned to the OS when freed, so RSS follows live "
+                 "memory (the memory probe); 0 keeps glibc's adaptive default, which reuses them (throughput runs)");
   CLI11_PARSE(app, argc, argv);
 
-  mallopt(M_MMAP_THRESHOLD, 256 * 1024);
+  // A fixed threshold also costs time: every big temporary is a fresh mapping, page-faulted and
+  // cleared by the kernel each step (measured in docs/BENCHMARKS.md, issue 7).
+  if (mmap_threshold_kb > 0) mallopt(M_MMAP_THRESHOLD, mmap_threshold_kb * 1024);
   int rank = -1;
   try {
     cohort::InitOptions init;
@@ -91,7 +101,9 @@ int main(int argc, char** argv) {
       o.unit_cap_mb = unit_cap_mb;
       if (rs == "ring") o.reduce_scatter = cohort::ReduceScatterAlgo::ring;
       if (rs == "allreduce_slice") o.reduce_scatter = cohort::ReduceScatterAlgo::allreduce_slice;
+      if (rs == "shm") o.reduce_scatter = cohort::ReduceScatterAlgo::shm;
       if (ag == "backend") o.allgather = cohort::AllgatherAlgo::backend;
+      if (ag == "shm") o.allgather = cohort::AllgatherAlgo::shm;
       if (ag == "shm_allreduce") o.allgather = cohort::AllgatherAlgo::shm_allreduce;
       auto model = cohort::ShardedDataParallel(net, ctx, o);
       keep = model.ptr();
@@ -104,7 +116,13 @@ int main(int argc, char** argv) {
       };
     }
     net = nullptr;  // the wrapper holds the module
-    torch::optim::Adam optimizer(trainable, torch::optim::AdamOptions(lr));
+    // Both are a torch::optim::Adam (same state, same checkpoints); FusedAdam makes one pass per step.
+    std::unique_ptr<torch::optim::Optimizer> optimizer_ptr;
+    if (optimizer_name == "fused_adam")
+      optimizer_ptr = std::make_unique<cohort::FusedAdam>(trainable, torch::optim::AdamOptions(lr));
+    else
+      optimizer_ptr = std::make_unique<torch::optim::Adam>(trainable, torch::optim::AdamOptions(lr));
+    auto& optimizer = *optimizer_ptr;
     phases["wrapped_mb"] = proc_status_mb("VmRSS") - baseline_mb;
     phases["wrapped_peak_mb"] = proc_status_mb("VmHWM") - baseline_mb;
 
@@ -134,6 +152,7 @@ int main(int argc, char** argv) {
       if (k.rfind("bytes", 0) == 0) per_step[k] = steps ? (v.get<int64_t>() - before[k].get<int64_t>()) / steps : 0;
     const double peak_mb = proc_status_mb("VmHWM");
     nlohmann::json out{{"mode", mode},
+                       {"optimizer", optimizer_name},
                        {"rank", rank},
                        {"world", ctx->world_size()},
                        {"params", params},
