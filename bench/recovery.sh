@@ -14,7 +14,7 @@ cohort=build/tools/cohort
 example=build/examples/fashion_mnist/fashion_mnist
 [ -x "$cohort" ] && [ -x "$example" ] || { echo "recovery: build first (bash scripts/setup.sh)" >&2; exit 2; }
 work=$(mktemp -d /tmp/cohort_recovery.XXXXXX)
-trap 'pkill -9 -f "$work" 2>/dev/null || true; rm -rf "$work"' EXIT
+trap 'pkill -9 -f "$work" 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
 
 free_port() { /usr/bin/python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 
@@ -22,8 +22,10 @@ free_port() { /usr/bin/python3 -c 'import socket;s=socket.socket();s.bind(("127.
 start() {
   local kind=$1 dir=$2 steps=$3
   mkdir -p "$dir/ck"
-  if [ "$kind" = cohort ]; then
-    "$cohort" run --nproc-per-node 2 --threads-per-proc 1 --max-restarts 100 -- "$example" --no-eval --threads 1 \
+  if [ "$kind" != torchrun ]; then
+    local warm=(); [ "$kind" = cohort-warm ] && warm=(--warm-spares)
+    "$cohort" run --nproc-per-node 2 --threads-per-proc 1 --max-restarts 100 "${warm[@]}" --no-dashboard \
+      --run-dir "$dir/run" -- "$example" --no-eval --threads 1 \
       --log-every 0 --max-steps "$steps" --ckpt-dir "$dir/ck" --ckpt-every 10 --report-first-step >"$dir/log" 2>&1 &
     pattern="fashion_mnist.*--ckpt-dir $dir/ck"
   else
@@ -38,10 +40,18 @@ start() {
 # first_steps DIR: the first-step timestamps of every start, in order.
 first_steps() { grep -o 'first_step_unix_ns [0-9]*' "$1/log" | awk '{print $2}'; }
 
-# kill_one: SIGKILL one worker; prints the kill's wall-clock time in ns.
+# restart_count PID: the COHORT_RESTART_COUNT the process was started with (0 when unset).
+restart_count() { tr '\0' '\n' <"/proc/$1/environ" 2>/dev/null | sed -n 's/^COHORT_RESTART_COUNT=//p' | grep . || echo 0; }
+
+# kill_one: SIGKILL one training worker; prints the kill's wall-clock time in ns. Warm spares
+# (--warm-spares) match the pattern too, but were started for the next round: a worker is a
+# process of the pattern, other than the launcher, with the lowest restart count.
 kill_one() {
-  local pid
-  pid=$(pgrep -f -- "$pattern" | tail -1)
+  local pid= p n low=
+  for p in $(pgrep -f -- "$pattern" | grep -vx "$job_pid" || true); do
+    n=$(restart_count "$p")
+    if [ -z "$low" ] || [ "$n" -lt "$low" ]; then low=$n; pid=$p; elif [ "$n" -eq "$low" ]; then pid=$p; fi
+  done
   [ -n "$pid" ] || { echo "recovery: no worker found" >&2; return 1; }
   date +%s%N
   kill -9 "$pid"
@@ -72,24 +82,26 @@ recovery_ms() {
 
 echo "recovery time: SIGKILL of one worker -> first completed step after the restart (ms), $reps repetitions"
 echo "machine: $(nproc) cores, $(uname -r); load: $(cut -d' ' -f1-3 /proc/loadavg)"
-c=(); t=()
+w=(); c=(); t=()
 for ((i = 0; i < reps; i++)); do
+  w+=("$(recovery_ms cohort-warm "$i")")
   c+=("$(recovery_ms cohort "$i")")
   t+=("$(recovery_ms torchrun "$i")")
-  echo "  run $i: cohort ${c[-1]} ms, torchrun ${t[-1]} ms"
+  echo "  run $i: cohort --warm-spares ${w[-1]} ms, cohort ${c[-1]} ms, torchrun ${t[-1]} ms"
 done
-/usr/bin/python3 - "${c[*]}" "${t[*]}" <<'PY'
+/usr/bin/python3 - "${w[*]}" "${c[*]}" "${t[*]}" <<'PY'
 import statistics, sys
-c = [int(x) for x in sys.argv[1].split()]
-t = [int(x) for x in sys.argv[2].split()]
-mc, mt = statistics.median(c), statistics.median(t)
-print(f"median: cohort {mc:.0f} ms, torchrun {mt:.0f} ms, torchrun / cohort = {mt / mc:.1f}x")
+w, c, t = ([int(x) for x in a.split()] for a in sys.argv[1:4])
+mw, mc, mt = statistics.median(w), statistics.median(c), statistics.median(t)
+print(f"median: cohort --warm-spares {mw:.0f} ms, cohort {mc:.0f} ms, torchrun {mt:.0f} ms")
+print(f"torchrun / cohort --warm-spares = {mt / mw:.1f}x, torchrun / cohort = {mt / mc:.1f}x")
 PY
 
 if [ "${GOODPUT:-0}" = 1 ]; then
   steps=${GOODPUT_STEPS:-1500}
-  dir="$work/clean"; start cohort "$dir" "$steps"; s=$(date +%s%N); wait "$job_pid"; clean=$(( ($(date +%s%N) - s) / 1000000 ))
-  dir="$work/faulty"; start cohort "$dir" "$steps"; s=$(date +%s%N); kills=0
+  kind=${GOODPUT_KIND:-cohort-warm}
+  dir="$work/clean"; start "$kind" "$dir" "$steps"; s=$(date +%s%N); wait "$job_pid"; clean=$(( ($(date +%s%N) - s) / 1000000 ))
+  dir="$work/faulty"; start "$kind" "$dir" "$steps"; s=$(date +%s%N); kills=0
   while kill -0 "$job_pid" 2>/dev/null; do
     for _ in $(seq 300); do kill -0 "$job_pid" 2>/dev/null && sleep 0.1; done
     kill -0 "$job_pid" 2>/dev/null && kill_one >/dev/null && kills=$((kills + 1))

@@ -178,13 +178,15 @@ void set_threads(const Flags& flags, int local_world_size) {
 
 template <typename Net>
 int train(const Flags& flags, Net net) {
+  // The training set before init(): a warm spare (cohort run --warm-spares) has it loaded by the
+  // time its round begins. Its rank (for messages) comes from the same variables init() reads.
+  FashionMnist train_set(flags.data, /*train=*/true, flags.plain ? 0 : cohort::resolve_job_env().rank);
   std::shared_ptr<cohort::Context> ctx;
   if (!flags.plain) ctx = cohort::init();
   const int rank = ctx ? ctx->rank() : 0;
   const int world = ctx ? ctx->world_size() : 1;
   set_threads(flags, ctx ? ctx->local_world_size() : 1);
 
-  FashionMnist train_set(flags.data, /*train=*/true, rank);
   size_t train_size = train_set.size().value();
   if (flags.train_limit > 0) train_size = std::min<size_t>(train_size, static_cast<size_t>(flags.train_limit));
   cohort::DistributedSampler sampler(train_size, rank, world, {.shuffle = true, .seed = flags.seed});

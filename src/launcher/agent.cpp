@@ -15,6 +15,7 @@
 #include <signal.h>
 #include <string.h>  // sigabbrev_np
 
+#include <functional>
 #include <iostream>
 
 #include "cohort/error.h"
@@ -23,6 +24,7 @@
 #include "job_monitor.h"
 #include "rendezvous.h"
 #include "signal_pipe.h"
+#include "standby.h"
 #include "supervisor.h"
 #include "watch.h"
 #include "worker_group.h"
@@ -141,15 +143,31 @@ int run_rounds(RunOptions& o, RendezvousResult& rdzv, SignalPipe& signals, JobMo
   const Watch watch = open_watch(o);  // the worker link (heartbeats, hangs), for every round
   std::vector<std::string> worker_env = watch.worker_variables();
   if (!o.on_nan.empty()) worker_env.push_back("COHORT_ON_NAN=" + o.on_nan);
+  // Warm spares (standby.h) are released through the worker link: without one there are none.
+  const bool warm_spares = o.warm_spares && watch.link != nullptr;
+  if (o.warm_spares && !warm_spares) std::cerr << "cohort run: warning: no worker link, so no warm spares\n";
+  StandbyWorkers standby;
 
   for (;;) {
     const int round = assignment.round;
     o.node_rank = assignment.node_rank;  // an elastic job's node ranks change between rounds; messages name this one
     monitor.round_started(assignment);
-    // 1. Start this node's workers for the round.
+    // 1. Start this node's workers for the round: the warm spares when they were started for
+    //    exactly these places (standby.h), else new processes.
     WorkerGroup group;
+    const std::vector<WorkerPlace> places = local_places(o, assignment);
+    bool warm_start = false;
     try {
-      group.start(local_places(o, assignment), o.command, o.log_dir, static_cast<size_t>(o.tail_lines), worker_env);
+      // Reading the link learns the spares' addresses; what else is queued is the last round's.
+      if (!standby.empty()) watch.link->receive();
+      if (!standby.empty() && standby.ready_for(places, *watch.link)) {
+        group.adopt(standby.take(), o.log_dir, static_cast<size_t>(o.tail_lines));
+        group.release_standby(*watch.link);
+        warm_start = true;
+      } else {
+        standby.discard();
+        group.start(places, o.command, o.log_dir, static_cast<size_t>(o.tail_lines), worker_env);
+      }
     } catch (const std::exception& e) {
       print_error(e);
       coordinator.abort("cohort run: job failed: node " + std::to_string(o.node_rank) +
@@ -159,13 +177,28 @@ int run_rounds(RunOptions& o, RendezvousResult& rdzv, SignalPipe& signals, JobMo
     }
     if (o.verbose) {
       std::cerr << "cohort run: " << (round > 0 ? "round " + std::to_string(round) + ": " : "") << "node "
-                << o.node_rank << " started ranks " << assignment.rank_base << ".."
-                << assignment.rank_base + o.nproc_per_node - 1 << " of " << assignment.world_size << "; store at "
-                << assignment.master_addr << ":" << assignment.master_port << std::endl;
+                << o.node_rank << (warm_start ? " released its warm spares as" : " started") << " ranks "
+                << assignment.rank_base << ".." << assignment.rank_base + o.nproc_per_node - 1 << " of "
+                << assignment.world_size << "; store at " << assignment.master_addr << ":" << assignment.master_port
+                << std::endl;
     }
 
     // 2. Supervise until the round ends.
-    Outcome outcome = supervise(group, coordinator, signals, round, &watch, &monitor);
+    // The next round's warm spares start once this round trains, while restarts are left.
+    std::function<void()> start_spares;
+    if (warm_spares && assignment.restarts < o.max_restarts) {
+      start_spares = [&] {
+        Assignment next = assignment;
+        next.round += 1;
+        try {
+          standby.start(local_places(o, next), o.command, worker_env);
+        } catch (const std::exception& e) {  // the restart will start new processes instead
+          std::cerr << "cohort run: warning: could not start warm spares: " << e.what() << std::endl;
+          standby.discard();
+        }
+      };
+    }
+    Outcome outcome = supervise(group, coordinator, signals, round, &watch, &monitor, start_spares);
     if (outcome.kind != Outcome::succeeded) monitor.round_failed(outcome);
     if (outcome.kind == Outcome::succeeded) {
       if (round > 0 || o.verbose) std::cerr << success_note(assignment.restarts) << std::flush;

@@ -38,6 +38,8 @@ void finalize_options(RunOptions& o) {
   require(o.rdzv_timeout_s > 0, "--rdzv-timeout must be a positive number of seconds");
   require(o.stop_grace_s >= 0, "--stop-timeout must not be negative");
   require(o.max_restarts >= 0, "--max-restarts " + std::to_string(o.max_restarts) + " must be 0 or more");
+  require(!o.warm_spares || o.max_restarts > 0,
+          "--warm-spares prepares workers for a restart, and --max-restarts is 0 (no restarts)");
   require(o.hang_timeout_s >= 0, "--hang-timeout must not be negative (0 turns hang detection off)");
   require(!o.master_addr.empty(), "--master-addr must not be empty");
   require(o.master_port == -1 || (o.master_port >= 1 && o.master_port <= 65535),

@@ -4,6 +4,9 @@
 #include <poll.h>
 #include <signal.h>
 
+#include <chrono>
+#include <set>
+
 #include "coordinator.h"
 #include "flight_dumps.h"
 #include "hang_detector.h"
@@ -36,11 +39,14 @@ bool in_group(WorkerGroup& workers, int64_t pid) {
 // The messages that arrived: heartbeats to the hang rule (those of workers that ended, or of an
 // earlier round's workers, are dropped), metrics and events to the monitor (this round's workers',
 // also the last ones of a worker that just exited).
-void take_messages(WorkerLink& link, WorkerGroup& workers, HangDetector& hangs, JobMonitor* monitor) {
+// `training` collects the pids whose heartbeats show training.
+void take_messages(WorkerLink& link, WorkerGroup& workers, HangDetector& hangs, JobMonitor* monitor,
+                   std::set<int64_t>& training) {
   const auto now = HangDetector::clock::now();
   for (WorkerMessage& m : link.receive()) {
     if (m.type == "heartbeat" && workers.running(static_cast<pid_t>(m.pid))) {
       hangs.heard(static_cast<pid_t>(m.pid), m.heartbeat, now);
+      if (m.heartbeat.training()) training.insert(m.pid);
     } else if (monitor && m.body.is_object() && in_group(workers, m.pid)) {
       monitor->worker_message(m.body);
     }
@@ -50,10 +56,13 @@ void take_messages(WorkerLink& link, WorkerGroup& workers, HangDetector& hangs, 
 }  // namespace
 
 Outcome supervise(WorkerGroup& workers, Coordinator& coordinator, SignalPipe& signals, int round,
-                  const Watch* watch, JobMonitor* monitor) {
+                  const Watch* watch, JobMonitor* monitor, const std::function<void()>& once_training) {
   WorkerLink* link = watch ? watch->link.get() : nullptr;
   HangDetector hangs(watch ? watch->hang_timeout_s : 0);
   bool reported_done = false;
+  std::set<int64_t> training;
+  bool training_told = !once_training;
+  const auto started = std::chrono::steady_clock::now();
   for (;;) {
     std::vector<pollfd> fds{{signals.fd(), POLLIN, 0}};
     workers.add_pollfds(fds);
@@ -67,7 +76,13 @@ Outcome supervise(WorkerGroup& workers, Coordinator& coordinator, SignalPipe& si
     }
     workers.pump(fds);
     // Before reaping: a worker's last metrics (a NaN that made it stop) come before its failure.
-    if (link) take_messages(*link, workers, hangs, monitor);
+    if (link) take_messages(*link, workers, hangs, monitor, training);
+    if (link && workers.releasing()) workers.release_standby(*link);
+    if (!training_told && (training.size() >= workers.workers().size() ||
+                           std::chrono::steady_clock::now() - started > std::chrono::seconds(10))) {
+      training_told = true;
+      once_training();
+    }
     if (monitor) monitor->tick();
     for (size_t i : workers.reap()) {
       const Worker& w = workers.workers()[i];

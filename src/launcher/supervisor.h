@@ -10,6 +10,8 @@
 // (job_monitor.h), which also gets a tick every turn (the stall rule).
 #pragma once
 
+#include <functional>
+
 #include "round.h"
 
 namespace cohort::launcher {
@@ -21,8 +23,12 @@ struct Watch;
 class JobMonitor;
 
 /// Supervises round `round` (stamped on a worker failure) until it ends. `watch` null: exits only.
-/// `monitor` null: the workers' metrics and events are dropped.
+/// `monitor` null: the workers' metrics and events are dropped. Adopted standby workers are
+/// released as soon as the link knows them. `once_training` runs once, when every worker's
+/// heartbeat shows training (or 10 s into the round): the agent starts the next round's warm spares
+/// then, so that they do not compete with this round's start-up for the cores.
 Outcome supervise(WorkerGroup& workers, Coordinator& coordinator, SignalPipe& signals, int round,
-                  const Watch* watch = nullptr, JobMonitor* monitor = nullptr);
+                  const Watch* watch = nullptr, JobMonitor* monitor = nullptr,
+                  const std::function<void()>& once_training = nullptr);
 
 }  // namespace cohort::launcher

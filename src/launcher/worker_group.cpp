@@ -13,6 +13,7 @@
 #include "cohort/error.h"
 #include "signal_pipe.h"
 #include "spawn.h"
+#include "worker_link.h"
 
 namespace cohort::launcher {
 namespace {
@@ -49,18 +50,40 @@ void WorkerGroup::start(const std::vector<WorkerPlace>& places, const std::vecto
   const std::vector<std::string> base = current_environment();
   workers_.reserve(places.size());
   for (const WorkerPlace& place : places) {
-    Worker w;
-    w.place = place;
-    std::string log_path = log_dir.empty() ? "" : log_dir + "/rank" + std::to_string(place.job.rank) + ".log";
-    w.relay = std::make_unique<OutputRelay>(place.job.rank, log_path, tail_lines);
     std::vector<std::string> vars = worker_variables(place);
     vars.insert(vars.end(), extra_env.begin(), extra_env.end());
-    SpawnedProcess p = spawn_worker(command, merge_environment(base, vars));
-    w.pid = p.pid;
-    w.fds[0] = p.stdout_fd;
-    w.fds[1] = p.stderr_fd;
-    workers_.push_back(std::move(w));
+    add(place, spawn_worker(command, merge_environment(base, vars)), log_dir, tail_lines);
   }
+}
+
+void WorkerGroup::adopt(std::vector<StandbyProcess> standby, const std::string& log_dir, size_t tail_lines) {
+  if (!log_dir.empty()) make_dirs(log_dir);
+  for (const StandbyProcess& s : standby) {
+    add(s.place, s.process, log_dir, tail_lines);
+    unreleased_.push_back(s.process.pid);
+  }
+}
+
+void WorkerGroup::release_standby(WorkerLink& link) {
+  static const std::string go = R"({"type":"go"})";
+  std::vector<pid_t> still;
+  for (pid_t pid : unreleased_) {
+    if (running(pid) == nullptr) continue;  // it died standing by: reap() reports it
+    if (!link.knows(pid) || !link.request(pid, go)) still.push_back(pid);
+  }
+  unreleased_ = std::move(still);
+}
+
+void WorkerGroup::add(const WorkerPlace& place, const SpawnedProcess& process, const std::string& log_dir,
+                      size_t tail_lines) {
+  Worker w;
+  w.place = place;
+  std::string log_path = log_dir.empty() ? "" : log_dir + "/rank" + std::to_string(place.job.rank) + ".log";
+  w.relay = std::make_unique<OutputRelay>(place.job.rank, log_path, tail_lines);
+  w.pid = process.pid;
+  w.fds[0] = process.stdout_fd;
+  w.fds[1] = process.stderr_fd;
+  workers_.push_back(std::move(w));
 }
 
 void WorkerGroup::add_pollfds(std::vector<pollfd>& fds) const {

@@ -14,11 +14,13 @@
 
 #include "failure_summary.h"
 #include "output_relay.h"
+#include "standby.h"
 #include "worker_env.h"
 
 namespace cohort::launcher {
 
 class SignalPipe;
+class WorkerLink;
 
 struct Worker {
   WorkerPlace place;
@@ -40,6 +42,14 @@ class WorkerGroup {
   /// every worker after its place's variables (the worker link's). Throws cohort::ConfigError.
   void start(const std::vector<WorkerPlace>& places, const std::vector<std::string>& command,
              const std::string& log_dir, size_t tail_lines, const std::vector<std::string>& extra_env = {});
+
+  /// Takes over workers started ahead of time (standby.h) as this round's workers. They wait in
+  /// cohort::init() until release_standby() reaches them.
+  void adopt(std::vector<StandbyProcess> standby, const std::string& log_dir, size_t tail_lines);
+  /// Sends "go" to every adopted worker not yet released whose address the link knows (it learns
+  /// it from the worker's first heartbeat, sent while standing by); the others on a later call.
+  void release_standby(WorkerLink& link);
+  bool releasing() const { return !unreleased_.empty(); }
 
   /// Adds the open output pipes to `fds` (events POLLIN).
   void add_pollfds(std::vector<pollfd>& fds) const;
@@ -69,9 +79,11 @@ class WorkerGroup {
   int stop(const std::vector<size_t>& which, double grace_s, SignalPipe& signals);
 
  private:
+  void add(const WorkerPlace& place, const SpawnedProcess& process, const std::string& log_dir, size_t tail_lines);
   void kill_groups(const std::vector<size_t>& which, int sig);
   bool all_exited(const std::vector<size_t>& which) const;
   std::vector<Worker> workers_;
+  std::vector<pid_t> unreleased_;  // adopted standby workers still waiting for "go"
 };
 
 }  // namespace cohort::launcher

@@ -109,6 +109,12 @@ AgentLink::~AgentLink() {
   if (!own_path_.empty()) ::unlink(own_path_.c_str());
 }
 
+void AgentLink::wait_until_released() {
+  // No timeout: the agent releases us or kills us (and its death kills us: PR_SET_PDEATHSIG).
+  std::unique_lock<std::mutex> lock(released_mutex_);
+  released_cv_.wait(lock, [this] { return released_; });
+}
+
 bool AgentLink::send(const std::string& json) {
   if (fd_ < 0 || agent_len_ == 0) return false;
   // MSG_DONTWAIT as well as the non-blocking socket: a full agent queue drops the message.
@@ -171,7 +177,14 @@ void AgentLink::serve_requests() {
 
 void AgentLink::serve(const std::string& text) {
   const auto request = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!request.is_object() || request.value("type", "") != "dump") return;  // unknown requests: ignored
+  if (!request.is_object()) return;
+  if (request.value("type", "") == "go") {
+    std::lock_guard<std::mutex> lock(released_mutex_);
+    released_ = true;
+    released_cv_.notify_all();
+    return;
+  }
+  if (request.value("type", "") != "dump") return;  // unknown requests: ignored
   const std::string path = request.value("path", "");
   if (path.empty()) return;
   const Progress p = progress();

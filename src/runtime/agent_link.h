@@ -7,7 +7,8 @@
 //   * every COHORT_HEARTBEAT_MS (default 1000) sends a heartbeat: rank, pid, step counters and
 //     completed collectives (progress.h), and the collective this rank waits in, if any;
 //   * serves the agent's requests: {"type":"dump","path":P,"reason":R} writes the flight record
-//     (flight_recorder.h) to P (through a temporary file and a rename) and answers "dumped".
+//     (flight_recorder.h) to P (through a temporary file and a rename) and answers "dumped";
+//     {"type":"go"} releases a standby worker (wait_until_released(), `cohort run --warm-spares`).
 // One JSON object per datagram. Sends never block: when the agent is slow (its queue full) or gone,
 // the message is dropped — training never waits on its agent. Nothing runs in a signal handler;
 // a rank stopped by SIGSTOP dumps once the agent has continued it (docs/fault-tolerance.md).
@@ -19,7 +20,9 @@
 #include <sys/un.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -51,6 +54,10 @@ class AgentLink {
   /// Where the agent's requests arrive; empty when binding failed.
   const std::string& own_socket() const { return own_path_; }
   uint64_t heartbeats_sent() const { return heartbeats_sent_.load(); }
+  /// A standby worker (COHORT_STANDBY=1) waits here until its agent sends "go": it was started
+  /// ahead of time with the next round's variables, and may join only once that round begins.
+  /// The heartbeats already sent told the agent where to send it.
+  void wait_until_released();
   uint64_t dumps_written() const { return dumps_written_.load(); }
 
  private:
@@ -68,6 +75,9 @@ class AgentLink {
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> heartbeats_sent_{0};
   std::atomic<uint64_t> dumps_written_{0};
+  std::mutex released_mutex_;
+  std::condition_variable released_cv_;
+  bool released_ = false;  // released_mutex_
   std::thread thread_;
 };
 

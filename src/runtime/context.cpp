@@ -60,6 +60,22 @@ void apply_env_overrides(InitOptions& options, int rank) {
   }
 }
 
+// `cohort run --warm-spares` starts the next round's workers ahead of time with COHORT_STANDBY=1
+// and that round's variables: everything before init() (loading libtorch, the program's own
+// set-up, its data) is done by the time a failure ends the round. They must not touch the store
+// or the process group before the round begins, so they wait here for the agent's "go".
+void wait_if_standby(const JobEnv& env) {
+  auto standby = process_env("COHORT_STANDBY");
+  if (!standby || *standby != "1") return;
+  detail::AgentLink* link = detail::agent_link();
+  if (link == nullptr || link->own_socket().empty()) {
+    throw ConfigError(env.rank, "COHORT_STANDBY=1 but there is no link to a cohort run agent to release this "
+                                "worker (COHORT_AGENT_SOCKET unset or unusable)");
+  }
+  detail::log(detail::LogLevel::debug, "standing by for round " + std::to_string(env.restart_count));
+  link->wait_until_released();
+}
+
 c10::intrusive_ptr<c10d::Store> connect_store(const JobEnv& env, const InitOptions& options) {
   if (env.world_size == 1) return c10::make_intrusive<c10d::HashStore>();
   c10d::TCPStoreOptions opts;
@@ -185,6 +201,7 @@ std::shared_ptr<Context> init(InitOptions options) {
                    " variables), store " + env.master_addr + ":" + std::to_string(env.master_port));
   // Heartbeats to `cohort run`'s agent from now on (nothing starts without COHORT_AGENT_SOCKET).
   detail::start_agent_link(env);
+  wait_if_standby(env);
   detail::set_process_monitor_identity(env.rank, env.world_size, env.restart_count);  // metrics' header
   auto store = connect_store(env, options);
   auto ctx = std::make_shared<Context>(env, store, options);

@@ -50,6 +50,7 @@ TEST(LauncherCli, BadMaxRestarts) {
   expect_one_line_error(run({COHORT_BIN, "run", "--max-restarts", "-1", ENV_PROBE_BIN}, 10), "--max-restarts -1");
   expect_one_line_error(run({COHORT_BIN, "run", "--max-restarts", "x", ENV_PROBE_BIN}, 10), "--max-restarts");
   expect_one_line_error(run({COHORT_BIN, "run", "--max_restarts", "1.5", ENV_PROBE_BIN}, 10), "--max-restarts");
+  expect_one_line_error(run({COHORT_BIN, "run", "--warm-spares", ENV_PROBE_BIN}, 10), "--warm-spares");
 }
 
 TEST(LauncherCli, NodeRankOutOfRange) {

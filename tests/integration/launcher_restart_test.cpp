@@ -234,3 +234,23 @@ TEST(LauncherRestart, InterruptOnNodeOneEndsBothNodesWithoutRestart) {
   }
   EXPECT_EQ(counts_by_rank(r0.out)[0], (std::vector<int>{0}));
 }
+
+// --warm-spares with a program that never calls cohort::init(): its spares cannot wait for their
+// round, they run ahead and exit. The agent must not adopt them (that would count their early exit
+// as the round's success): it warns, and the restart starts new workers, whose output is the only
+// round-1 output relayed. The spares start 10 s into a round whose workers never train.
+TEST(LauncherRestart, WarmSparesOfAProgramWithoutInitAreNotAdopted) {
+  TempDir dir;
+  Child c({COHORT_BIN, "run", "--nproc-per-node", "2", "--max-restarts", "1", "--warm-spares", "--", ENV_PROBE_BIN,
+           "--kill", "1", "--delay", "12500", "--sleep", "30", "--until-restart", "1"},
+          {"PROBE_DIR=" + dir.path()});
+  Result r = c.wait(60);
+  ASSERT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit_code(), 0) << r.err;
+  EXPECT_NE(r.err.find("a warm spare exited (code 0) before its round began; --warm-spares needs a program that "
+                       "calls cohort::init()"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(counts_by_rank(r.out)[0], (std::vector<int>{0, 1})) << r.out;
+  EXPECT_EQ(counts_by_rank(r.out)[1], (std::vector<int>{0, 1})) << r.out;
+}

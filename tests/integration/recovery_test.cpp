@@ -1,6 +1,7 @@
 // Fault tolerance end to end (issue 5): the Fashion-MNIST example under `cohort run
 // --max-restarts`, checkpointing every few steps, loses a worker to SIGKILL five times at random
-// moments and still ends with parameters and momentum bitwise equal to an uninterrupted run.
+// moments and still ends with parameters and momentum bitwise equal to an uninterrupted run; with
+// --warm-spares, the processes started ahead of time take over after every kill, with the same result.
 // No torch in this binary: it starts processes and reads their output.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -10,7 +11,9 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
+#include <set>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -132,6 +135,92 @@ TEST(Recovery, FiveSigkillsStillGiveTheUninterruptedRunsParametersBitwise) {
   EXPECT_EQ(exit_code, 0) << output;
   EXPECT_TRUE(contains(output, "job succeeded after 5 restarts")) << output;
   EXPECT_EQ(count(output, "resumed from "), 5u) << output;  // every restart continued from a checkpoint
+  EXPECT_EQ(final_state(output), expected) << "parameters or momentum differ from the uninterrupted run:\n" << output;
+  fs::remove_all(dir);
+}
+
+// A process's environment variable as it was started (empty when unset or the process is gone).
+std::string started_with(pid_t pid, const std::string& name) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/environ");
+  for (std::string entry; std::getline(in, entry, '\0');)
+    if (entry.rfind(name + "=", 0) == 0) return entry.substr(name.size() + 1);
+  return "";
+}
+
+// The example's processes for this checkpoint directory by the round they were started for: the
+// round's workers and, with --warm-spares, the next round's standby workers.
+std::map<int, std::set<pid_t>> processes_by_round(const std::string& ckpt_dir) {
+  std::map<int, std::set<pid_t>> out;
+  for (pid_t p : worker_pids(ckpt_dir)) {
+    const std::string round = started_with(p, "COHORT_RESTART_COUNT");
+    if (!round.empty()) out[std::stoi(round)].insert(p);
+  }
+  return out;
+}
+
+// Whether a standby worker waits in cohort::init(): its link socket exists (it binds it there,
+// then sends the heartbeat that tells the agent its address, then waits).
+bool waiting_in_init(pid_t pid, const fs::path& runtime_dir) {
+  std::error_code ec;
+  for (const auto& run : fs::directory_iterator(runtime_dir, ec))
+    if (fs::exists(run.path() / ("w" + std::to_string(pid) + ".sock"))) return true;
+  return false;
+}
+
+TEST(Recovery, WarmSparesTakeOverAfterEachSigkillWithTheUninterruptedRunsResult) {
+  if (!have_dataset()) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  const fs::path dir = fs::temp_directory_path() / ("cohort_warm_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "xdg");
+  const std::string example_args = " --no-eval --threads 1 --log-every 0 --max-steps 400 --ckpt-every 7 --report-first-step";
+  // The agent's run directory (the worker sockets) goes under xdg/, where the test can see it.
+  const std::string run = "XDG_RUNTIME_DIR=" + (dir / "xdg").string() + " " + kCohort +
+                          " run -v --nproc-per-node 2 --threads-per-proc 1 --max-restarts 3 --warm-spares -- " + kExample;
+
+  const auto straight = run_shell(run + " --ckpt-dir " + (dir / "straight").string() + example_args);
+  ASSERT_EQ(straight.exit_code, 0) << straight.output;
+  const std::string expected = final_state(straight.output);
+  ASSERT_EQ(expected.size(), 2 * 34u) << straight.output;
+  EXPECT_FALSE(contains(straight.output, "warm spares as")) << "no failure, so no spare may have been used";
+
+  const std::string ckpt = (dir / "faulty").string();
+  Job job(run + " --ckpt-dir " + ckpt + example_args, (dir / "faulty.log").string());
+  ASSERT_GT(job.pid, 0);
+  std::mt19937 rng(20261130);
+  std::uniform_int_distribution<int> after_ms(100, 600);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(4);
+  for (int round = 0; round < 3; ++round) {
+    // This round trains, has checkpointed, and the next round's two spares wait in init().
+    std::set<pid_t> spares;
+    while (job.running() && std::chrono::steady_clock::now() < deadline) {
+      auto by_round = processes_by_round(ckpt);
+      spares = by_round[round + 1];
+      bool waiting = spares.size() == 2;
+      for (pid_t p : spares) waiting = waiting && waiting_in_init(p, dir / "xdg");
+      if (waiting && by_round[round].size() == 2 && has_checkpoint(ckpt) &&
+          count(read_all(job.log), "first_step_unix_ns") > static_cast<size_t>(round))
+        break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ASSERT_TRUE(job.running()) << "the job ended before kill " << round + 1 << ": " << read_all(job.log);
+    for (pid_t p : spares) EXPECT_EQ(started_with(p, "COHORT_STANDBY"), "1");
+    std::this_thread::sleep_for(std::chrono::milliseconds(after_ms(rng)));
+    const auto workers = processes_by_round(ckpt)[round];
+    ASSERT_EQ(workers.size(), 2u) << read_all(job.log);
+    ::kill(*std::next(workers.begin(), static_cast<long>(rng() % 2)), SIGKILL);
+    // The next round's workers are exactly the spares that stood by.
+    while (count(read_all(job.log), "first_step_unix_ns") <= static_cast<size_t>(round + 1) && job.running() &&
+           std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const std::set<pid_t> next = processes_by_round(ckpt)[round + 1];
+    EXPECT_EQ(next, spares) << "round " << round + 1 << " was not run by the warm spares: " << read_all(job.log);
+  }
+  const int exit_code = job.wait();
+  const std::string output = read_all(job.log);
+  EXPECT_EQ(exit_code, 0) << output;
+  EXPECT_TRUE(contains(output, "job succeeded after 3 restarts")) << output;
+  EXPECT_EQ(count(output, "released its warm spares as ranks 0..1"), 3u) << output;
+  EXPECT_EQ(count(output, "resumed from "), 3u) << output;
   EXPECT_EQ(final_state(output), expected) << "parameters or momentum differ from the uninterrupted run:\n" << output;
   fs::remove_all(dir);
 }
