@@ -29,8 +29,10 @@ start() {
       --log-every 0 --max-steps "$steps" --ckpt-dir "$dir/ck" --ckpt-every 10 --report-first-step >"$dir/log" 2>&1 &
     pattern="fashion_mnist.*--ckpt-dir $dir/ck"
   else
+    # torchrun looks at its workers every --monitor_interval seconds (default 5, which adds a
+    # random 0-5 s to its recovery); the peer gets its best, 0.1 s, unless TORCHRUN_MONITOR_S says otherwise.
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 /usr/bin/python3 -m torch.distributed.run --nproc_per_node 2 \
-      --max_restarts 100 --redirects 1 --tee 1 --master_port "$(free_port)" bench/peer_recovery.py \
+      --monitor_interval "${TORCHRUN_MONITOR_S:-0.1}" --max_restarts 100 --redirects 1 --tee 1 --master_port "$(free_port)" bench/peer_recovery.py \
       --ckpt-dir "$dir/ck" --max-steps "$steps" --ckpt-every 10 >"$dir/log" 2>&1 &
     pattern="-u bench/peer_recovery.py --ckpt-dir $dir/ck"
   fi
@@ -67,12 +69,14 @@ wait_for_starts() {
   echo "recovery: the job did not restart; its log:" >&2; tail -20 "$1/log" >&2; return 1
 }
 
-# One measurement: start, let it train 3 s, kill a worker, time until the restarted job's first step.
+# One measurement: start, let it train KILL_AFTER_S (default 8 s: a job in its steady state, where
+# --warm-spares has its spares waiting; they start once the round trains and take a few seconds to
+# load while it does), kill a worker, time until the restarted job's first step.
 recovery_ms() {
   local kind=$1 dir="$work/$1-$2" t_kill
   start "$kind" "$dir" 100000
   wait_for_starts "$dir" 1
-  sleep 3
+  sleep "${KILL_AFTER_S:-8}"
   t_kill=$(kill_one)
   wait_for_starts "$dir" 2
   kill -TERM "$job_pid" 2>/dev/null || true; wait "$job_pid" 2>/dev/null || true
