@@ -52,19 +52,22 @@ enum class ShardingLevel { optimizer_state = 1, gradients = 2, parameters = 3 };
 /// How a unit's gradients are reduce-scattered (all levels: level 1 needs only its shard's part of
 /// the averaged gradient too). docs/sharded.md has measurements.
 enum class ReduceScatterAlgo {
-  automatic,        // native where the backend has it (NCCL), else shm (ranks on one machine), else ring
+  automatic,        // native where the backend has it (NCCL), else allreduce_slice with the
+                    // shared-memory allreduce (ranks on one machine), else ring
   ring,             // W-1 steps of send/recv around a ring: (W-1)/W of the bytes per rank
   allreduce_slice,  // allreduce of the whole unit, keep the own slice (shared memory when available)
   native,           // the backend's reduce_scatter (NCCL); a ConfigError where there is none
-  shm,              // shared memory: every rank's pieces in, the own part summed straight out
+  shm,              // shared memory: every rank's pieces in, the own part summed straight out (fewer
+                    // bytes than allreduce_slice; not the default until it measures faster)
 };
 
 /// How updated shards are gathered into full units.
 enum class AllgatherAlgo {
-  automatic,      // shm when all ranks are on one machine, else the backend's allgather
+  automatic,      // shm_allreduce when all ranks are on one machine, else the backend's allgather
   backend,        // the process group's allgather
   shm_allreduce,  // each rank writes its shard into a zeroed unit; a shared-memory sum gathers them
   shm,            // each rank copies its shard into shared memory and the others' shards out of it
+                  // (fewer bytes than shm_allreduce; not the default until it measures faster)
 };
 
 struct ShardedOptions {

@@ -133,6 +133,8 @@ std::vector<Case> cases() {
   out.push_back({3, ShardingLevel::parameters, Opt::adam, false, cohort::ReduceScatterAlgo::allreduce_slice});
   out.push_back({3, ShardingLevel::optimizer_state, Opt::adam, true, cohort::ReduceScatterAlgo::allreduce_slice});
   out.push_back({3, ShardingLevel::optimizer_state, Opt::adam, true, cohort::ReduceScatterAlgo::ring});
+  out.push_back({3, ShardingLevel::optimizer_state, Opt::fused_adam, true, cohort::ReduceScatterAlgo::shm});
+  out.push_back({3, ShardingLevel::parameters, Opt::adam, true, cohort::ReduceScatterAlgo::shm});
   // cohort::FusedAdam / FusedAdamW (weight decay on) under each level, against DDP with the same.
   for (auto level : {ShardingLevel::optimizer_state, ShardingLevel::gradients, ShardingLevel::parameters}) {
     out.push_back({3, level, Opt::fused_adam});
