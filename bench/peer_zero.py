@@ -3,6 +3,8 @@ Python DDP, on the same libtorch 1.13 and Gloo, training the same deep MLP as
 examples/sharded_mlp on the same synthetic batches shape. (PyTorch 1.13's FSDP needs CUDA, so
 levels 2 and 3 have no CPU peer here.) Started once per rank with RANK / WORLD_SIZE / MASTER_ADDR
 / MASTER_PORT set; prints one JSON line per rank with the example's field names.
+--foreach uses torch.optim.Adam(foreach=True) (the multi-tensor implementation: fewer, larger
+kernels); the benchmark runs both and compares cohort with the faster.
 """
 import argparse, json, os, time
 
@@ -20,6 +22,7 @@ p.add_argument("--steps", type=int, default=10)
 p.add_argument("--warmup", type=int, default=3)
 p.add_argument("--threads", type=int, default=1)
 p.add_argument("--mode", default="zero1", choices=["zero1", "ddp"])
+p.add_argument("--foreach", action="store_true", help="torch.optim.Adam(foreach=True)")
 a = p.parse_args()
 torch.set_num_threads(a.threads)
 dist.init_process_group("gloo")
@@ -31,9 +34,9 @@ for _ in range(a.layers):
 net = nn.Sequential(*layers, nn.Linear(a.width, 10), nn.LogSoftmax(1))
 model = DDP(net)
 if a.mode == "zero1":
-    opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam, lr=1e-3)
+    opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam, lr=1e-3, foreach=a.foreach)
 else:
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=a.foreach)
 g = torch.Generator().manual_seed(1000 + rank)
 x, y = torch.randn(a.batch, a.width, generator=g), torch.randint(0, 10, (a.batch,), generator=g)
 for s in range(a.warmup + a.steps):
@@ -44,6 +47,6 @@ for s in range(a.warmup + a.steps):
     loss.backward()
     opt.step()
 dt = time.perf_counter() - t0
-print(json.dumps({"mode": "python_" + a.mode, "rank": rank, "world": world, "loss": loss.item(),
+print(json.dumps({"mode": "python_" + a.mode, "foreach": a.foreach, "rank": rank, "world": world, "loss": loss.item(),
                   "samples_per_s": a.steps * a.batch * world / dt, "step_ms": 1000 * dt / a.steps}), flush=True)
 dist.barrier()
