@@ -7,7 +7,7 @@
 # bytes moved per step and rank, and ratios; level 1 is compared with the faster Python peer.
 # The configurations run round-robin, `repeats` rounds, best of each: load that comes and goes
 # hits all of them alike instead of whichever ran at that moment.
-#   usage: bench/sharded_throughput.sh [build dir] [repeats]
+#   usage: [ONLY="ddp zero1 ..."] bench/sharded_throughput.sh [build dir] [repeats]
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
@@ -28,8 +28,9 @@ wait_quiet() {  # the machine is shared: start a run only once the CPUs are >= 9
   for ((w = 0; w < 120; w++)); do [ "$(idle_percent)" -ge 90 ] && return; done
   echo "warning: started a run on a busy machine" >&2
 }
-run() {  # label, command...: one run, rank 0's line
+run() {  # label, command...: one run, rank 0's line (ONLY="label ...": only those configurations)
   local label=$1; shift
+  [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $label "* ]] || return 0
   wait_quiet
   # Two ranks share the pipe and an unbuffered Python may split a line's text and its newline, so
   # the objects are decoded one after another rather than line by line.
@@ -54,10 +55,9 @@ print(json.dumps({'label': '$label', 'samples_per_s': r['samples_per_s'], 'bytes
     run zero1_libtorch-adam "$bin" --mode zero1 --optimizer adam "${shape[@]}"
     run ddp_libtorch-adam "$bin" --mode ddp --optimizer adam "${shape[@]}"
     run zero1_shm-collectives "$bin" --mode zero1 --allgather shm --reduce-scatter shm "${shape[@]}"
-    # The example fixes glibc's mmap threshold at 256 KiB for its memory probe; 0 leaves glibc's
-    # adaptive threshold (what the Python peer runs with), so big temporaries are reused, not re-faulted.
-    run zero1_mmap-adaptive "$bin" --mode zero1 --mmap-threshold-kb 0 "${shape[@]}"
-    run ddp_mmap-adaptive "$bin" --mode ddp --mmap-threshold-kb 0 "${shape[@]}"
+    # The memory probe's fixed 256 KiB mmap threshold (every big temporary page-faulted each step);
+    # the other rows run with glibc's adaptive threshold, as the Python peer does.
+    run zero1_mmap-256k "$bin" --mode zero1 --mmap-threshold-kb 256 "${shape[@]}"
     run python_ddp /usr/bin/python3 "$peer" --mode ddp "${shape[@]}"
     run python_ddp_foreach /usr/bin/python3 "$peer" --mode ddp --foreach "${shape[@]}"
     run zero2 "$bin" --mode zero2 "${shape[@]}"

@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
   std::string mode = "zero3";
   int layers = 8, width = 512, batch = 16, steps = 6, warmup = 2, threads = 1;
   double unit_cap_mb = 25, lr = 1e-3;
-  int mmap_threshold_kb = 256;
+  int mmap_threshold_kb = 0;
   std::string rs = "auto", ag = "auto", optimizer_name = "fused_adam";
   app.add_option("--mode", mode, "ddp, zero1, zero2 or zero3")->check(CLI::IsMember({"ddp", "zero1", "zero2", "zero3"}));
   app.add_option("--layers", layers, "hidden Linear(width, width) layers");
@@ -59,11 +59,13 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"adam", "fused_adam"}));
   app.add_option("--mmap-threshold-kb", mmap_threshold_kb,
                  "blocks from this size on are mmap'd and returned to the OS when freed, so RSS follows live "
-                 "memory (the memory probe); 0 keeps glibc's adaptive default, which reuses them (throughput runs)");
+                 "memory (the memory probe and run_under_limit.sh pass 256); 0, the default: glibc's adaptive "
+                 "threshold, which reuses them (what any program, the Python peer too, runs with)");
   CLI11_PARSE(app, argc, argv);
 
-  // A fixed threshold also costs time: every big temporary is a fresh mapping, page-faulted and
-  // cleared by the kernel each step (measured in docs/BENCHMARKS.md, issue 7).
+  // A fixed threshold makes RSS follow live memory, and costs time: every big temporary is a fresh
+  // mapping, page-faulted and cleared by the kernel each step (docs/BENCHMARKS.md, issue 7). So it
+  // is only for the memory measurements, not the default.
   if (mmap_threshold_kb > 0) mallopt(M_MMAP_THRESHOLD, mmap_threshold_kb * 1024);
   int rank = -1;
   try {

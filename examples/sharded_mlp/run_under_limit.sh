@@ -13,7 +13,7 @@ set -u
 here=$(cd "$(dirname "$0")" && pwd)
 bin=${1:-$here/../../build/examples/sharded_mlp/sharded_mlp}
 limit_mb=${2:-2000}
-args=(--layers 16 --width 2048 --batch 8 --steps 2 --warmup 1)
+args=(--layers 16 --width 2048 --batch 8 --steps 2 --warmup 1 --mmap-threshold-kb 256)
 limit=$((limit_mb * 1024 * 1024))
 
 echo "== level 3 (parameters sharded), 4 ranks, address space limited to ${limit_mb} MiB each"

@@ -12,8 +12,11 @@
 // buffer of all its parameters, padded to a multiple of the world size W, and rank r owns the r-th
 // 1/W of it: its *shard*, a leaf tensor that `parameters()` returns and the optimizer updates, so
 // the optimizer's state exists only for the shard. Levels (docs/sharded.md has the memory sheet):
-//   optimizer_state (ZeRO-1): full parameters and full averaged gradients on every rank (one
-//       allreduce per unit, launched from backward hooks); the shard's gradient is a slice.
+//   optimizer_state (ZeRO-1): full parameters and a full gradient buffer per unit on every rank;
+//       each unit's gradients are reduce-scattered (launched from backward hooks) so that the
+//       shard's part of the buffer holds the average, and the shard's gradient is that slice. Only
+//       the slice is read; the rest of the buffer is averaged too only where the reduce-scatter is
+//       an allreduce (allreduce_slice: the default on one machine).
 //   gradients (ZeRO-2): a unit's gradients are reduce-scattered as soon as backward produced them;
 //       a rank keeps only its shard's gradient.
 //   parameters (ZeRO-3 / FSDP): only the shard persists. A unit's parameters are gathered just before
@@ -52,22 +55,19 @@ enum class ShardingLevel { optimizer_state = 1, gradients = 2, parameters = 3 };
 /// How a unit's gradients are reduce-scattered (all levels: level 1 needs only its shard's part of
 /// the averaged gradient too). docs/sharded.md has measurements.
 enum class ReduceScatterAlgo {
-  automatic,        // native where the backend has it (NCCL), else allreduce_slice with the
-                    // shared-memory allreduce (ranks on one machine), else ring
+  automatic,        // native where the backend has it (NCCL), else shm (ranks on one machine), else ring
   ring,             // W-1 steps of send/recv around a ring: (W-1)/W of the bytes per rank
   allreduce_slice,  // allreduce of the whole unit, keep the own slice (shared memory when available)
   native,           // the backend's reduce_scatter (NCCL); a ConfigError where there is none
-  shm,              // shared memory: every rank's pieces in, the own part summed straight out (fewer
-                    // bytes than allreduce_slice; not the default until it measures faster)
+  shm,              // shared memory: every rank's pieces in, the own part summed straight out
 };
 
 /// How updated shards are gathered into full units.
 enum class AllgatherAlgo {
-  automatic,      // shm_allreduce when all ranks are on one machine, else the backend's allgather
+  automatic,      // shm when all ranks are on one machine, else the backend's allgather
   backend,        // the process group's allgather
   shm_allreduce,  // each rank writes its shard into a zeroed unit; a shared-memory sum gathers them
   shm,            // each rank copies its shard into shared memory and the others' shards out of it
-                  // (fewer bytes than shm_allreduce; not the default until it measures faster)
 };
 
 struct ShardedOptions {

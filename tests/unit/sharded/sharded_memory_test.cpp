@@ -4,6 +4,9 @@
 // Asserts the ordering and that level 3 stays below 40% of DDP at N = 4. What is measured: peak RSS
 // minus RSS after init (so it includes the user's model as built, 4Ψ, and the shared-memory
 // allreduce's segment, the same for all).
+// And the example of a model too big for one worker (examples/sharded_mlp/run_under_limit.sh):
+// under the same per-process address-space limit, level 3 trains and DDP ends on every rank with a
+// clear out-of-memory error (exit 3), not a silent kill.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -23,7 +26,7 @@ struct Measured {
 
 Measured measure(const std::string& mode) {
   const std::string cmd = std::string(SHARDED_RUN_RANKS) + " 4 " + SHARDED_MLP + " --mode " + mode +
-                          " --layers 24 --width 768 --batch 8 --steps 2 --warmup 1 --unit-cap-mb 2.5";
+                          " --layers 24 --width 768 --batch 8 --steps 2 --warmup 1 --unit-cap-mb 2.5 --mmap-threshold-kb 256";
   const auto run = run_shell(cmd);
   EXPECT_EQ(run.exit_code, 0) << cmd << "\n" << run.output;
   Measured m;
@@ -54,6 +57,18 @@ TEST(ShardedMemory, PeakPerRankFollowsTheZeroOrderingAndLevel3IsBelow40PercentOf
   EXPECT_GT(m["zero1"].state_mb, m["zero2"].state_mb);
   EXPECT_GT(m["zero2"].state_mb, m["zero3"].state_mb);
   EXPECT_LT(m["zero3"].state_mb, 0.4 * m["ddp"].state_mb);
+}
+
+TEST(ShardedMemory, Level3TrainsUnderALimitWhereDdpRunsOutOfMemoryWithAClearError) {
+  const auto run = run_shell(std::string("bash ") + SHARDED_UNDER_LIMIT + " " + SHARDED_MLP);
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("as expected: level 3 trains under the limit"), std::string::npos) << run.output;
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_NE(run.output.find("rank " + std::to_string(rank) + ": out of memory training the ddp model"),
+              std::string::npos)
+        << "rank " << rank << " did not report running out of memory:\n" << run.output;
+  }
+  EXPECT_EQ(run.output.find("Killed"), std::string::npos) << run.output;
 }
 
 }  // namespace
