@@ -18,12 +18,10 @@ void StandbyWorkers::start(const std::vector<WorkerPlace>& places, const std::ve
                            const std::vector<std::string>& extra_env) {
   discard();
   const std::vector<std::string> base = current_environment();
-  for (const WorkerPlace& place : places) {
-    std::vector<std::string> vars = worker_variables(place);
-    vars.insert(vars.end(), extra_env.begin(), extra_env.end());
-    vars.push_back("COHORT_STANDBY=1");
-    standby_.push_back({place, spawn_worker(command, merge_environment(base, vars))});
-  }
+  std::vector<std::string> extra = extra_env;
+  extra.push_back("COHORT_STANDBY=1");
+  for (const WorkerPlace& place : places)
+    standby_.push_back({place, spawn_worker(command, worker_environment(base, place, extra))});
 }
 
 bool StandbyWorkers::ready_for(const std::vector<WorkerPlace>& places, const WorkerLink& link) {

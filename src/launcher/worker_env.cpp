@@ -63,4 +63,11 @@ std::vector<std::string> current_environment() {
   return out;
 }
 
+std::vector<std::string> worker_environment(const std::vector<std::string>& base, const WorkerPlace& place,
+                                            const std::vector<std::string>& extra) {
+  std::vector<std::string> vars = worker_variables(place);
+  vars.insert(vars.end(), extra.begin(), extra.end());
+  return merge_environment(base, vars);
+}
+
 }  // namespace cohort::launcher

@@ -26,6 +26,10 @@ std::vector<std::string> worker_variables(const WorkerPlace& place);
 std::vector<std::string> merge_environment(const std::vector<std::string>& base,
                                            const std::vector<std::string>& overrides);
 
+/// A worker's whole environment: `base` with the place's variables, then `extra` (NAME=VALUE), set.
+std::vector<std::string> worker_environment(const std::vector<std::string>& base, const WorkerPlace& place,
+                                            const std::vector<std::string>& extra);
+
 /// This process's environment as NAME=VALUE entries.
 std::vector<std::string> current_environment();
 

@@ -50,9 +50,7 @@ void WorkerGroup::start(const std::vector<WorkerPlace>& places, const std::vecto
   const std::vector<std::string> base = current_environment();
   workers_.reserve(places.size());
   for (const WorkerPlace& place : places) {
-    std::vector<std::string> vars = worker_variables(place);
-    vars.insert(vars.end(), extra_env.begin(), extra_env.end());
-    add(place, spawn_worker(command, merge_environment(base, vars)), log_dir, tail_lines);
+    add(place, spawn_worker(command, worker_environment(base, place, extra_env)), log_dir, tail_lines);
   }
 }
 

@@ -107,36 +107,35 @@ void fused_step(std::vector<torch::optim::OptimizerParamGroup>& groups, StateMap
   }
 }
 
-}  // namespace
-
-Tensor FusedAdam::step(LossClosure closure) {
+// The step of both classes: the closure, then the fused loop, or the base class's step() for
+// what the loop does not take. `decoupled`: AdamW's weight decay.
+template <typename Options, typename State, typename Base, typename StateMap>
+Tensor fused_or_base_step(Base& self, torch::optim::Optimizer::LossClosure closure,
+                          std::vector<torch::optim::OptimizerParamGroup>& groups, StateMap& state, bool decoupled) {
   torch::NoGradGuard no_grad;
   Tensor loss;
   if (closure != nullptr) {
     at::AutoGradMode enable_grad(true);
     loss = closure();
   }
-  if (!fusable_step<torch::optim::AdamOptions, torch::optim::AdamParamState>(param_groups_, state_)) {
-    torch::optim::Adam::step(nullptr);
-    return loss;
+  if (fusable_step<Options, State>(groups, state)) {
+    fused_step<Options, State>(groups, state, decoupled);
+  } else {
+    self.Base::step(nullptr);
   }
-  fused_step<torch::optim::AdamOptions, torch::optim::AdamParamState>(param_groups_, state_, /*decoupled=*/false);
   return loss;
 }
 
+}  // namespace
+
+Tensor FusedAdam::step(LossClosure closure) {
+  return fused_or_base_step<torch::optim::AdamOptions, torch::optim::AdamParamState, torch::optim::Adam>(
+      *this, std::move(closure), param_groups_, state_, /*decoupled=*/false);
+}
+
 Tensor FusedAdamW::step(LossClosure closure) {
-  torch::NoGradGuard no_grad;
-  Tensor loss;
-  if (closure != nullptr) {
-    at::AutoGradMode enable_grad(true);
-    loss = closure();
-  }
-  if (!fusable_step<torch::optim::AdamWOptions, torch::optim::AdamWParamState>(param_groups_, state_)) {
-    torch::optim::AdamW::step(nullptr);
-    return loss;
-  }
-  fused_step<torch::optim::AdamWOptions, torch::optim::AdamWParamState>(param_groups_, state_, /*decoupled=*/true);
-  return loss;
+  return fused_or_base_step<torch::optim::AdamWOptions, torch::optim::AdamWParamState, torch::optim::AdamW>(
+      *this, std::move(closure), param_groups_, state_, /*decoupled=*/true);
 }
 
 }  // namespace cohort

@@ -156,33 +156,24 @@ ShmAllreduce::~ShmAllreduce() {
 
 std::shared_ptr<ShmPending> ShmAllreduce::allreduce_async(at::Tensor t, double scale, const char* what,
                                                          int32_t index, bool gradient) {
-  auto pending = std::make_shared<ShmPending>();
   FlightOp entry = flight_op("allreduce", what, index, t, "shm");
   entry.gradient = gradient;
-  const uint64_t seq = flight_record(entry);
   Op op;
+  op.flight_seq = flight_record(entry);
   op.tensor = std::move(t);
   op.scale = scale;
-  op.pending = pending;
-  op.flight_seq = seq;
-  submit(std::move(op));
-  return pending;
+  return submit(std::move(op));
 }
 
 std::shared_ptr<ShmPending> ShmAllreduce::allgather_async(at::Tensor full, const char* what, int32_t index) {
   COHORT_CHECK(supports(full) && full.numel() % world_ == 0,
                "rank " << rank_ << ": shared-memory allgather needs a contiguous CPU float/double tensor whose size ("
                        << full.numel() << ") divides by the world size (" << world_ << ")");
-  auto pending = std::make_shared<ShmPending>();
-  const uint64_t seq = flight_record(flight_op("allgather", what, index, full, "shm"));
   Op op;
+  op.flight_seq = flight_record(flight_op("allgather", what, index, full, "shm"));
   op.tensor = std::move(full);
-  op.scale = 1.0;
-  op.pending = pending;
-  op.flight_seq = seq;
   op.gather = true;
-  submit(std::move(op));
-  return pending;
+  return submit(std::move(op));
 }
 
 std::shared_ptr<ShmPending> ShmAllreduce::reduce_scatter_async(at::Tensor flat, at::Tensor out, double scale,
@@ -191,26 +182,25 @@ std::shared_ptr<ShmPending> ShmAllreduce::reduce_scatter_async(at::Tensor flat, 
                    flat.numel() == out.numel() * world_ && slot_bytes_ >= static_cast<size_t>(world_) * flat.element_size(),
                "rank " << rank_ << ": shared-memory reduce-scatter of " << flat.numel() << " elements into "
                        << out.numel() << " at world size " << world_ << " (slot " << slot_bytes_ << " bytes)");
-  auto pending = std::make_shared<ShmPending>();
   FlightOp entry = flight_op("reduce_scatter", what, index, flat, "shm");
   entry.gradient = gradient;
-  const uint64_t seq = flight_record(entry);
   Op op;
+  op.flight_seq = flight_record(entry);
   op.tensor = std::move(flat);
   op.scale = scale;
-  op.pending = pending;
-  op.flight_seq = seq;
   op.out = std::move(out);
-  submit(std::move(op));
-  return pending;
+  return submit(std::move(op));
 }
 
-void ShmAllreduce::submit(Op op) {
+std::shared_ptr<ShmPending> ShmAllreduce::submit(Op op) {
+  op.pending = std::make_shared<ShmPending>();
+  std::shared_ptr<ShmPending> pending = op.pending;
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(std::move(op));
   }
   cv_.notify_one();
+  return pending;
 }
 
 void ShmAllreduce::run() {

@@ -97,7 +97,8 @@ class ShmAllreduce {
     bool gather = false;      // allgather instead of allreduce
     at::Tensor out;           // defined: reduce-scatter into it
   };
-  void submit(Op op);
+  /// Queues `op` for the engine's thread; returns the result to wait for (op.pending is set here).
+  std::shared_ptr<ShmPending> submit(Op op);
   void allreduce_now(Op& op);
   template <typename T>
   void allreduce_typed(T* data, size_t n, T scale);
