@@ -17,6 +17,7 @@
 #include <chrono>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 
 namespace {
 
@@ -174,10 +175,13 @@ int main(int argc, char** argv) {
     const std::string what = e.what();
     const std::string who = rank >= 0 ? "rank " + std::to_string(rank) : std::string("cohort");
     if (is_out_of_memory(what)) {
-      std::cerr << who << ": out of memory training the " << mode << " model (peak RSS "
-                << static_cast<int64_t>(proc_status_mb("VmHWM")) << " MiB, address space "
-                << static_cast<int64_t>(proc_status_mb("VmPeak")) << " MiB): " << what.substr(0, what.find('\n'))
-                << "; use --mode zero3 or more ranks" << std::endl;
+      // One write: the ranks share the pipe, and a line written in pieces interleaves with theirs.
+      std::ostringstream line;
+      line << who << ": out of memory training the " << mode << " model (peak RSS "
+           << static_cast<int64_t>(proc_status_mb("VmHWM")) << " MiB, address space "
+           << static_cast<int64_t>(proc_status_mb("VmPeak")) << " MiB): " << what.substr(0, what.find('\n'))
+           << "; use --mode zero3 or more ranks\n";
+      std::cerr << line.str() << std::flush;
       return 3;
     }
     std::cerr << who << ": " << what.substr(0, what.find('\n')) << std::endl;
