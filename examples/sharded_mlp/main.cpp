@@ -60,8 +60,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"adam", "fused_adam"}));
   app.add_option("--mmap-threshold-kb", mmap_threshold_kb,
                  "blocks from this size on are mmap'd and returned to the OS when freed, so RSS follows live "
-                 "memory (the memory probe and run_under_limit.sh pass 256); 0, the default: glibc's adaptive "
-                 "threshold, which reuses them (what any program, the Python peer too, runs with)");
+                 "memory (the memory probe and run_under_limit.sh pass 256); 0, the default: cohort::init() makes "
+                 "malloc keep freed memory for the next step (cohort/memory_reuse.h)");
   CLI11_PARSE(app, argc, argv);
 
   // A fixed threshold makes RSS follow live memory, and costs time: every big temporary is a fresh
@@ -72,6 +72,7 @@ int main(int argc, char** argv) {
   try {
     cohort::InitOptions init;
     init.threads = threads;
+    init.retain_freed_memory = mmap_threshold_kb == 0;  // else RSS would keep the peak heap
     auto ctx = cohort::init(init);
     rank = ctx->rank();
     const double baseline_mb = proc_status_mb("VmRSS");

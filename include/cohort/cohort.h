@@ -10,6 +10,7 @@
 #include "cohort/fused_adam.h"
 #include "cohort/idx.h"
 #include "cohort/job_env.h"
+#include "cohort/memory_reuse.h"
 #include "cohort/sharded_data_parallel.h"
 #include "cohort/monitor.h"
 #include "cohort/threads.h"

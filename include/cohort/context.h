@@ -33,6 +33,11 @@ struct InitOptions {
   bool shm_allreduce = true;
   /// Bytes per rank and chunk of the shared-memory allreduce. COHORT_SHM_SLOT_MB overrides it.
   size_t shm_slot_bytes = 4u << 20;
+  /// Keep the memory each step frees for the next step instead of returning it to the kernel
+  /// (cohort::retain_freed_memory(), memory_reuse.h): no page faults for activations and gradients
+  /// every step. COHORT_RETAIN_FREED_MEMORY=0 turns it off; so does setting malloc's thresholds in
+  /// the environment. Turn it off where resident memory must follow live memory.
+  bool retain_freed_memory = true;
 };
 
 namespace detail {

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "cohort/error.h"
+#include "cohort/memory_reuse.h"
 #include "cohort/threads.h"
 #include "log.h"
 #include "duration_text.h"
@@ -50,6 +51,7 @@ void apply_env_overrides(InitOptions& options, int rank) {
     options.collective_timeout = std::chrono::milliseconds(static_cast<int64_t>(*s * 1000));
   }
   if (auto v = process_env("COHORT_SHM")) options.shm_allreduce = *v != "0";
+  if (auto v = process_env("COHORT_RETAIN_FREED_MEMORY")) options.retain_freed_memory = *v != "0";
   if (auto mb = positive("COHORT_SHM_SLOT_MB", "")) options.shm_slot_bytes = static_cast<size_t>(*mb * (1 << 20));
   if (auto v = process_env("COHORT_THREADS")) {
     try {
@@ -197,6 +199,7 @@ std::shared_ptr<Context> init(InitOptions options) {
   detail::set_log_rank(env.rank, env.node_rank);
   apply_env_overrides(options, env.rank);
   set_num_threads(options.threads);
+  if (options.retain_freed_memory) retain_freed_memory();
   detail::log_info("joining a job of " + std::to_string(env.world_size) + " (from " + env.source +
                    " variables), store " + env.master_addr + ":" + std::to_string(env.master_port));
   // Heartbeats to `cohort run`'s agent from now on (nothing starts without COHORT_AGENT_SOCKET).
