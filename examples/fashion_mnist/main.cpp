@@ -36,6 +36,7 @@ struct Flags {
   int batch_size = 64;    // per rank
   double lr = 0.02;
   double momentum = 0.9;
+  std::string optimizer = "fused_sgd";  // or "sgd": libtorch's, the same results bitwise (fused_sgd.h)
   uint64_t seed = 0;
   int threads = 0;        // 0: COHORT_THREADS, else cores / local ranks
   int warmup_steps = 10;
@@ -104,7 +105,11 @@ Outcome train_loop(const Flags& flags, FashionMnist& train_set, cohort::Distribu
   SampleLog sample_log(flags.log_samples, rank, world);  // --log-samples: which samples each step used
   auto loader = torch::data::make_data_loader(train_set, sample_log.sampler(sampler),
                                               torch::data::DataLoaderOptions(flags.batch_size));
-  torch::optim::SGD optimizer(module.parameters(), torch::optim::SGDOptions(flags.lr).momentum(flags.momentum));
+  const auto sgd_options = torch::optim::SGDOptions(flags.lr).momentum(flags.momentum);
+  std::unique_ptr<torch::optim::SGD> sgd = flags.optimizer == "sgd"
+                                               ? std::make_unique<torch::optim::SGD>(module.parameters(), sgd_options)
+                                               : std::make_unique<cohort::FusedSGD>(module.parameters(), sgd_options);
+  torch::optim::SGD& optimizer = *sgd;
   using clock = std::chrono::steady_clock;
   Outcome out;
   if (checkpoints) {
@@ -247,6 +252,9 @@ int main(int argc, char** argv) {
   app.add_option("--batch-size", f.batch_size, "Batch size per rank")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--lr", f.lr, "Learning rate")->capture_default_str();
   app.add_option("--momentum", f.momentum, "SGD momentum")->capture_default_str();
+  app.add_option("--optimizer", f.optimizer, "fused_sgd (cohort::FusedSGD, one pass) or sgd (torch::optim::SGD); bitwise the same")
+      ->check(CLI::IsMember({"fused_sgd", "sgd"}))
+      ->capture_default_str();
   app.add_option("--seed", f.seed, "Seed for the model and the sampler")->capture_default_str();
   app.add_option("--threads", f.threads, "Intra-op threads per rank (0: cores / local ranks)");
   app.add_option("--warmup-steps", f.warmup_steps, "Steps before the throughput timer starts")->capture_default_str();

@@ -8,6 +8,7 @@
 #include "cohort/distributed_sampler.h"
 #include "cohort/error.h"
 #include "cohort/fused_adam.h"
+#include "cohort/fused_sgd.h"
 #include "cohort/idx.h"
 #include "cohort/job_env.h"
 #include "cohort/memory_reuse.h"

@@ -10,6 +10,7 @@
 
 #include "cohort/torch_compat.h"
 #include "optim/adam_kernel.h"
+#include "optim/fusable.h"
 
 namespace cohort {
 
@@ -17,10 +18,7 @@ namespace {
 
 using torch::Tensor;
 
-bool fusable_tensor(const Tensor& t, int64_t numel) {
-  return t.defined() && t.layout() == torch::kStrided && t.device().is_cpu() && t.scalar_type() == torch::kFloat &&
-         t.is_contiguous() && t.numel() == numel;
-}
+using detail::fusable_tensor;
 
 // Whether every parameter the step would touch can take the fused loop. Checked for the whole
 // step first, so a step is either entirely fused or entirely the base class's.
@@ -41,10 +39,6 @@ bool fusable_step(const std::vector<torch::optim::OptimizerParamGroup>& groups, 
   }
   return true;
 }
-
-// Elements per task when the intra-op pool splits a parameter: large enough that a task's
-// start-up cost is noise against ~28 bytes of memory traffic per element.
-constexpr int64_t kGrain = 1 << 16;
 
 template <typename Options, typename State, typename StateMap>
 void fused_step(std::vector<torch::optim::OptimizerParamGroup>& groups, StateMap& state_map, bool decoupled) {
@@ -93,7 +87,7 @@ void fused_step(std::vector<torch::optim::OptimizerParamGroup>& groups, StateMap
       float* mp = s.exp_avg().template data_ptr<float>();
       float* vp = s.exp_avg_sq().template data_ptr<float>();
       float* vmaxp = c.amsgrad ? s.max_exp_avg_sq().template data_ptr<float>() : nullptr;
-      at::parallel_for(0, p.numel(), kGrain, [&](int64_t begin, int64_t end) {
+      at::parallel_for(0, p.numel(), detail::kFusedGrain, [&](int64_t begin, int64_t end) {
         detail::adam_update(pp + begin, gp + begin, mp + begin, vp + begin, vmaxp ? vmaxp + begin : nullptr,
                             end - begin, c);
       });

@@ -14,6 +14,7 @@
 #include "cohort/distributed_data_parallel.h"
 #include "cohort/fused_adam.h"
 #include "support/ddp_fixtures.h"
+#include "support/optim_fixtures.h"
 #include "support/thread_ranks.h"
 
 namespace fs = std::filesystem;
@@ -22,35 +23,6 @@ using namespace cohort::testing;
 namespace {
 
 constexpr double kRelTol = 1e-6;
-
-// max |got - want| / max |want|: relative to the tensor's scale, so elements that pass through
-// zero do not make float rounding look like a large relative error.
-double relative_diff(const torch::Tensor& got, const torch::Tensor& want) {
-  const auto g = got.to(torch::kDouble), w = want.to(torch::kDouble);
-  const double scale = w.abs().max().item<double>();
-  return (g - w).abs().max().item<double>() / (scale > 0 ? scale : 1.0);
-}
-
-// Parameters of several shapes (one with an odd size, one big enough for several intra-op tasks).
-std::vector<torch::Tensor> make_params(torch::ScalarType dtype = torch::kFloat) {
-  auto gen = at::detail::createCPUGenerator(3);
-  std::vector<torch::Tensor> out;
-  for (auto shape : std::vector<std::vector<int64_t>>{{37, 13}, {1}, {300000}, {5, 4, 3}})
-    out.push_back(torch::randn(shape, gen).to(dtype).set_requires_grad(true));
-  return out;
-}
-
-std::vector<torch::Tensor> clone_params(const std::vector<torch::Tensor>& ps) {
-  std::vector<torch::Tensor> out;
-  for (const auto& p : ps) out.push_back(p.detach().clone().set_requires_grad(true));
-  return out;
-}
-
-// Gradients for step s: the same for every optimizer under test, with a spread of magnitudes.
-void set_grads(std::vector<torch::Tensor>& ps, int s) {
-  auto gen = at::detail::createCPUGenerator(1000 + s);
-  for (auto& p : ps) p.mutable_grad() = (torch::randn(p.sizes(), gen) * (0.1 + s)).to(p.scalar_type());
-}
 
 // Every tensor a checkpoint of `opt` holds, in a fixed order, plus the parameters.
 template <typename State>
