@@ -6,6 +6,11 @@
 #
 #   bench/ddp_throughput.sh [REPEATS]     (default 3; runs are interleaved, medians are reported)
 #
+# Row "2, peer with cohort's malloc settings": cohort::init() makes glibc keep freed memory for the
+# next step (cohort/memory_reuse.h); this row gives the Python peer the same settings through
+# GLIBC_TUNABLES, to show how much of the difference that alone makes. Ratios are also reported as
+# the median of each round's ratio (cohort and peer run back to back), steadier on a shared machine.
+#
 # samples/s is the whole job's training throughput after 10 warm-up steps (DESIGN.md). Every run
 # also checks its result: all ranks must report the same parameter checksum (cohort) and a finite loss.
 set -euo pipefail
@@ -19,9 +24,16 @@ trap 'rm -rf "$out"' EXIT
 
 steps_of() { [ "$1" = cnn ] && echo 150 || echo 300; }
 
+# cohort::retain_freed_memory()'s settings, for the peer row that gets them too.
+malloc_tunables=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824
+
 # run KIND MODEL WORLD → appends the rank-0 JSON line to $out/KIND-MODEL-WORLD
+# (WORLD "2m": 2 ranks, both sides with cohort's malloc settings in GLIBC_TUNABLES)
 run() {
   local kind=$1 model=$2 world=$3 steps port pids=() r
+  local tunables=""
+  if [ "$world" = 2m ]; then tunables=$malloc_tunables; fi
+  local ranks=${world%m}
   steps=$(steps_of "$model")
   port=$(( 21000 + RANDOM % 20000 ))
   if [ "$world" = plain ]; then
@@ -30,12 +42,12 @@ run() {
       peer) "${peer[@]}" --plain --model "$model" --max-steps "$steps" > "$out/r0" ;;
     esac
   else
-    for (( r = 0; r < world; r++ )); do
+    for (( r = 0; r < ranks; r++ )); do
       if [ "$kind" = cohort ]; then
-        RANK=$r WORLD_SIZE=$world LOCAL_RANK=$r LOCAL_WORLD_SIZE=$world MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+        GLIBC_TUNABLES=$tunables RANK=$r WORLD_SIZE=$ranks LOCAL_RANK=$r LOCAL_WORLD_SIZE=$ranks MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
           "$example" --model "$model" --max-steps "$steps" --no-eval --threads 1 --log-every 0 > "$out/r$r" &
       else
-        RANK=$r WORLD_SIZE=$world MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+        GLIBC_TUNABLES=$tunables RANK=$r WORLD_SIZE=$ranks MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
           "${peer[@]}" --model "$model" --max-steps "$steps" > "$out/r$r" &
       fi
       pids+=($!)
@@ -45,7 +57,7 @@ run() {
   /usr/bin/python3 - "$out" "$world" <<'PY' >> "$out/$kind-$model-$world"
 import json, math, sys, glob
 d, world = sys.argv[1], sys.argv[2]
-n = 1 if world == "plain" else int(world)
+n = 1 if world == "plain" else int(world.rstrip("m"))
 rows = [json.loads(open(f"{d}/r{r}").read().strip().splitlines()[-1]) for r in range(n)]
 assert all(math.isfinite(x["final_loss"]) for x in rows), rows
 sums = {x.get("param_checksum") for x in rows}
@@ -56,7 +68,7 @@ PY
 
 for (( i = 0; i < repeats; i++ )); do
   for model in cnn mlp; do
-    for world in plain 1 2; do
+    for world in plain 1 2 2m; do
       for kind in cohort peer; do run "$kind" "$model" "$world"; done
     done
   done
@@ -66,16 +78,20 @@ done
 /usr/bin/python3 - "$out" <<'PY'
 import json, statistics, sys, os
 d = sys.argv[1]
+def runs(kind, model, world):
+    return [json.loads(l)["samples_per_s"] for l in open(os.path.join(d, f"{kind}-{model}-{world}"))]
 def med(kind, model, world):
-    xs = [json.loads(l)["samples_per_s"] for l in open(os.path.join(d, f"{kind}-{model}-{world}"))]
+    xs = runs(kind, model, world)
     return statistics.median(xs), len(xs)
-print("| model | ranks | cohort samples/s | PyTorch DDP samples/s | cohort / PyTorch |")
-print("|---|---|---|---|---|")
+labels = {"plain": "1, no DDP (plain)", "1": "1", "2": "2", "2m": "2, peer with cohort's malloc settings"}
+print("| model | ranks | cohort samples/s | PyTorch DDP samples/s | cohort / PyTorch | median of the rounds' ratios (min-max) |")
+print("|---|---|---|---|---|---|")
 for model in ["cnn", "mlp"]:
-    for world in ["plain", "1", "2"]:
+    for world in ["plain", "1", "2", "2m"]:
         c, n = med("cohort", model, world); p, _ = med("peer", model, world)
-        label = "1, no DDP (plain)" if world == "plain" else world
-        print(f"| {model} | {label} | {c:,.0f} | {p:,.0f} | {c / p:.2f}x |")
+        ratios = [a / b for a, b in zip(runs("cohort", model, world), runs("peer", model, world))]
+        print(f"| {model} | {labels[world]} | {c:,.0f} | {p:,.0f} | {c / p:.2f}x | "
+              f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f}) |")
 print()
 print("| model | scaling efficiency at 2 ranks (2-rank / 2 x own plain process) | cohort | PyTorch |")
 print("|---|---|---|---|")
