@@ -101,23 +101,13 @@ void fused_step(std::vector<torch::optim::OptimizerParamGroup>& groups, StateMap
   }
 }
 
-// The step of both classes: the closure, then the fused loop, or the base class's step() for
-// what the loop does not take. `decoupled`: AdamW's weight decay.
+// The step of both classes. `decoupled`: AdamW's weight decay.
 template <typename Options, typename State, typename Base, typename StateMap>
 Tensor fused_or_base_step(Base& self, torch::optim::Optimizer::LossClosure closure,
                           std::vector<torch::optim::OptimizerParamGroup>& groups, StateMap& state, bool decoupled) {
-  torch::NoGradGuard no_grad;
-  Tensor loss;
-  if (closure != nullptr) {
-    at::AutoGradMode enable_grad(true);
-    loss = closure();
-  }
-  if (fusable_step<Options, State>(groups, state)) {
-    fused_step<Options, State>(groups, state, decoupled);
-  } else {
-    self.Base::step(nullptr);
-  }
-  return loss;
+  return detail::closure_then_fused_or_base(
+      closure, [&] { return fusable_step<Options, State>(groups, state); },
+      [&] { fused_step<Options, State>(groups, state, decoupled); }, [&] { self.Base::step(nullptr); });
 }
 
 }  // namespace

@@ -79,18 +79,9 @@ void fused_step(std::vector<torch::optim::OptimizerParamGroup>& groups, StateMap
 }  // namespace
 
 torch::Tensor FusedSGD::step(LossClosure closure) {
-  torch::NoGradGuard no_grad;
-  torch::Tensor loss;
-  if (closure != nullptr) {
-    at::AutoGradMode enable_grad(true);
-    loss = closure();
-  }
-  if (fusable_step(param_groups_, state_)) {
-    fused_step(param_groups_, state_);
-  } else {
-    torch::optim::SGD::step(nullptr);
-  }
-  return loss;
+  return detail::closure_then_fused_or_base(
+      closure, [&] { return fusable_step(param_groups_, state_); }, [&] { fused_step(param_groups_, state_); },
+      [&] { torch::optim::SGD::step(nullptr); });
 }
 
 }  // namespace cohort

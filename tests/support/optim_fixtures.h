@@ -37,4 +37,16 @@ inline void set_grads(std::vector<torch::Tensor>& ps, int s) {
   for (auto& p : ps) p.mutable_grad() = (torch::randn(p.sizes(), gen) * (0.1 + s)).to(p.scalar_type());
 }
 
+// Steps [from, to): `first` on `a` and `second` on `b`, each step with set_grads' gradients.
+template <typename First, typename Second>
+void step_both(First& first, std::vector<torch::Tensor>& a, Second& second, std::vector<torch::Tensor>& b, int from,
+               int to) {
+  for (int s = from; s < to; ++s) {
+    set_grads(a, s);
+    set_grads(b, s);
+    first.step();
+    second.step();
+  }
+}
+
 }  // namespace cohort::testing

@@ -44,12 +44,7 @@ double max_relative_diff_after(const Options& options, int steps) {
   auto a = make_params(), b = clone_params(a);
   Ref ref(a, options);
   Fused fused(b, options);
-  for (int s = 0; s < steps; ++s) {
-    set_grads(a, s);
-    set_grads(b, s);
-    ref.step();
-    fused.step();
-  }
+  step_both(ref, a, fused, b, 0, steps);
   const auto want = state_of<State>(ref, a), got = state_of<State>(fused, b);
   EXPECT_EQ(want.size(), got.size());
   double worst = 0;
@@ -91,12 +86,7 @@ TEST(FusedAdam, ToleranceTellsTheFormulasApart) {
   auto a = make_params(), b = clone_params(a);
   torch::optim::Adam ref(a, torch::optim::AdamOptions(1e-2).weight_decay(0.1));
   cohort::FusedAdamW other(b, torch::optim::AdamWOptions(1e-2).weight_decay(0.1));
-  for (int s = 0; s < 5; ++s) {
-    set_grads(a, s);
-    set_grads(b, s);
-    ref.step();
-    other.step();
-  }
+  step_both(ref, a, other, b, 0, 5);
   EXPECT_GT(relative_diff(b[0], a[0]), 100 * kRelTol);
 }
 
@@ -126,12 +116,7 @@ TEST(FusedAdam, FallsBackToTheBaseClassBitwise) {
       if (!a[i].is_contiguous()) b[i] = a[i].detach().clone(torch::MemoryFormat::Preserve).set_requires_grad(true);
     torch::optim::Adam ref(a, torch::optim::AdamOptions(1e-2).weight_decay(0.1));
     cohort::FusedAdam fused(b, torch::optim::AdamOptions(1e-2).weight_decay(0.1));
-    for (int s = 0; s < 4; ++s) {
-      set_grads(a, s);
-      set_grads(b, s);
-      ref.step();
-      fused.step();
-    }
+    step_both(ref, a, fused, b, 0, 4);
     const auto want = state_of<torch::optim::AdamParamState>(ref, a), got = state_of<torch::optim::AdamParamState>(fused, b);
     for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(torch::equal(got[i], want[i])) << i;
   };

@@ -64,12 +64,7 @@ TEST_P(FusedSgdMatches, LibtorchSgdAfterTwentyFiveSteps) {
   auto a = make_params(), b = clone_params(a);
   torch::optim::SGD ref(a, options_of(GetParam()));
   cohort::FusedSGD fused(b, options_of(GetParam()));
-  for (int s = 0; s < 25; ++s) {
-    set_grads(a, s);
-    set_grads(b, s);
-    ref.step();
-    fused.step();
-  }
+  step_both(ref, a, fused, b, 0, 25);
   expect_same(state_of(fused, b), state_of(ref, a));
 }
 
@@ -85,12 +80,7 @@ TEST(FusedSgd, ComparisonTellsAnotherMomentumApart) {
   auto a = make_params(), b = clone_params(a);
   torch::optim::SGD ref(a, torch::optim::SGDOptions(0.05).momentum(0.9));
   cohort::FusedSGD fused(b, torch::optim::SGDOptions(0.05).momentum(0.89));
-  for (int s = 0; s < 3; ++s) {
-    set_grads(a, s);
-    set_grads(b, s);
-    ref.step();
-    fused.step();
-  }
+  step_both(ref, a, fused, b, 0, 3);
   EXPECT_GT(relative_diff(b[0], a[0]), 1e-5);
 }
 
@@ -98,12 +88,7 @@ TEST(FusedSgd, FallsBackToTheBaseClassBitwiseForOtherDtypes) {
   auto a = make_params(torch::kDouble), b = clone_params(a);
   torch::optim::SGD ref(a, torch::optim::SGDOptions(0.05).momentum(0.9).weight_decay(1e-2));
   cohort::FusedSGD fused(b, torch::optim::SGDOptions(0.05).momentum(0.9).weight_decay(1e-2));
-  for (int s = 0; s < 5; ++s) {
-    set_grads(a, s);
-    set_grads(b, s);
-    ref.step();
-    fused.step();
-  }
+  step_both(ref, a, fused, b, 0, 5);
   auto want = state_of(ref, a), got = state_of(fused, b);
   for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(torch::equal(got[i], want[i])) << i;
 }
@@ -128,12 +113,7 @@ void switch_midway() {
   const auto options = torch::optim::SGDOptions(0.05).momentum(0.9).nesterov(true);
   torch::optim::SGD straight(a, options);
   Saver first(b, options);
-  for (int s = 0; s < 4; ++s) {
-    set_grads(a, s);
-    set_grads(b, s);
-    straight.step();
-    first.step();
-  }
+  step_both(straight, a, first, b, 0, 4);
   std::stringstream saved;
   {
     torch::serialize::OutputArchive archive;
@@ -146,12 +126,7 @@ void switch_midway() {
     archive.load_from(saved);
     second.load(archive);
   }
-  for (int s = 4; s < 8; ++s) {
-    set_grads(a, s);
-    set_grads(b, s);
-    straight.step();
-    second.step();
-  }
+  step_both(straight, a, second, b, 4, 8);
   expect_same(state_of(second, b), state_of(straight, a));
 }
 
