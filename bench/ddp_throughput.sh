@@ -11,6 +11,12 @@
 # GLIBC_TUNABLES, to show how much of the difference that alone makes. Ratios are also reported as
 # the median of each round's ratio (cohort and peer run back to back), steadier on a shared machine.
 #
+# OpenBLAS's kernels: both sides run the ones OPENBLAS_CORETYPE names, unset by default (OpenBLAS's own
+# choice; Debian 12's OpenBLAS does not know this machine's CPU and runs generic SSE3 kernels). The
+# kernels `cohort run` gives its workers here (runtime/blas_core.h), for both sides alike:
+#   OPENBLAS_CORETYPE=Cooperlake bench/ddp_throughput.sh 4
+# The summary names the kernels both sides ran.
+#
 # samples/s is the whole job's training throughput after 10 warm-up steps (DESIGN.md). Every run
 # also checks its result: all ranks must report the same parameter checksum (cohort) and a finite loss.
 set -euo pipefail
@@ -100,4 +106,8 @@ for model in ["cnn", "mlp"]:
     p2, _ = med("peer", model, "2"); p1, _ = med("peer", model, "plain")
     print(f"| {model} | | {c2 / (2 * c1):.2f} | {p2 / (2 * p1):.2f} |")
 print(f"\n(medians of {n} runs each; cnn {150} steps, mlp {300} steps, first 10 not timed)")
+import ctypes
+core = ctypes.CDLL("libopenblas.so.0").openblas_get_corename
+core.restype = ctypes.c_char_p
+print(f"OpenBLAS kernels, both sides: {core().decode()} (OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')})")
 PY

@@ -16,6 +16,7 @@
 #include <cohort/cohort.h>
 #include <torch/torch.h>
 
+#include <array>
 #include <chrono>
 #include <iostream>
 #include <limits>
@@ -81,6 +82,9 @@ struct Outcome {
   int64_t steps = 0;
   double last_loss = 0, samples_per_s = 0;
   std::string optimizer_checksum;
+  // Sum of each phase over the timed steps (cohort::monitor()'s marks; empty without DDP).
+  std::array<double, cohort::kPhaseCount> phase_s{};
+  uint8_t phase_mask = 0;
 };
 
 // Fingerprint of the SGD momentum buffers, to compare resumed and uninterrupted runs.
@@ -148,7 +152,13 @@ Outcome train_loop(const Flags& flags, FashionMnist& train_set, cohort::Distribu
       }
       if (checkpoints) checkpoints->maybe_save(module, optimizer, sampler);
       if (out.steps - first_step == flags.warmup_steps) timer_start = clock::now();
-      if (out.steps - first_step > flags.warmup_steps) ++timed_steps;
+      if (out.steps - first_step > flags.warmup_steps) {
+        ++timed_steps;
+        if (const auto record = cohort::monitor().last()) {
+          for (int p = 0; p < cohort::kPhaseCount; ++p) out.phase_s[p] += record->phase_s[p];
+          out.phase_mask |= record->phase_mask;
+        }
+      }
       if (rank == 0 && flags.log_every > 0 && out.steps % flags.log_every == 0) {
         std::cout << "epoch " << epoch << " step " << out.steps << " loss " << out.last_loss << std::endl;
       }
@@ -161,6 +171,7 @@ Outcome train_loop(const Flags& flags, FashionMnist& train_set, cohort::Distribu
   if (timed_steps > 0) {
     const double seconds = std::chrono::duration<double>(clock::now() - timer_start).count();
     out.samples_per_s = static_cast<double>(timed_steps) * flags.batch_size * world / seconds;
+    for (double& s : out.phase_s) s /= static_cast<double>(timed_steps);
   }
   if (checkpoints) {
     checkpoints->wait();  // a save in flight is finished (and its failure reported) here
@@ -236,6 +247,9 @@ int train(const Flags& flags, Net net) {
   result["param_checksum"] = cohort::parameters_checksum(*net);
   result["optimizer_checksum"] = outcome.optimizer_checksum;
   if (const int64_t skipped = cohort::monitor().skipped_steps(); skipped > 0) result["nan_skipped_steps"] = skipped;
+  for (int p = 0; p < cohort::kPhaseCount; ++p)  // where a timed step's time went, on this rank (ms)
+    if (outcome.phase_mask & (1u << p))
+      result["phase_ms"][cohort::to_string(static_cast<cohort::Phase>(p))] = outcome.phase_s[p] * 1e3;
   std::cout << result.dump() << std::endl;
   return 0;
 }

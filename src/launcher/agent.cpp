@@ -21,6 +21,7 @@
 #include "cohort/error.h"
 #include "failure_history.h"
 #include "flight_dumps.h"
+#include "runtime/blas_core.h"
 #include "job_monitor.h"
 #include "rendezvous.h"
 #include "signal_pipe.h"
@@ -143,6 +144,13 @@ int run_rounds(RunOptions& o, RendezvousResult& rdzv, SignalPipe& signals, JobMo
   const Watch watch = open_watch(o);  // the worker link (heartbeats, hangs), for every round
   std::vector<std::string> worker_env = watch.worker_variables();
   if (!o.on_nan.empty()) worker_env.push_back("COHORT_ON_NAN=" + o.on_nan);
+  // OpenBLAS's own kernels for this CPU when the workers' OpenBLAS would not know it (blas_core.h).
+  if (const auto core = detail::openblas_core_for_workers()) {
+    worker_env.push_back("OPENBLAS_CORETYPE=" + *core);
+    if (o.verbose)
+      std::cerr << "cohort run: OpenBLAS does not know this CPU; the workers get OPENBLAS_CORETYPE=" << *core
+                << " (set OPENBLAS_CORETYPE to choose yourself)" << std::endl;
+  }
   // Warm spares (standby.h) are released through the worker link: without one there are none.
   const bool warm_spares = o.warm_spares && watch.link != nullptr;
   if (o.warm_spares && !warm_spares) std::cerr << "cohort run: warning: no worker link, so no warm spares\n";

@@ -13,6 +13,7 @@
 #include <ATen/Parallel.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <optional>
 #include <thread>
 
@@ -24,6 +25,7 @@
 #include "net_util.h"
 #include "shm_allreduce.h"
 #include "agent_link.h"
+#include "blas_core.h"
 #include "monitor/worker_monitor.h"
 #include "flight_recorder.h"
 
@@ -194,12 +196,35 @@ void Context::barrier() {
   entry.done();
 }
 
+namespace {
+
+// OpenBLAS reads OPENBLAS_CORETYPE only when it loads, before init(): a process that runs its
+// generic kernels although the CPU runs better ones can only be told how to start (blas_core.h).
+void report_openblas_core() {
+  const auto loaded = detail::loaded_openblas_core();
+  if (!loaded) return;
+  const char* chosen = std::getenv("OPENBLAS_CORETYPE");
+  const auto better = detail::openblas_core_upgrade(*loaded, detail::openblas_core_for(detail::this_cpu_features()));
+  if (better && !chosen) {
+    detail::log_warn("OpenBLAS does not know this CPU and runs its generic " + *loaded +
+                     " kernels; this CPU runs its " + *better +
+                     " kernels, several times faster for linear layers. Start the workers with OPENBLAS_CORETYPE=" +
+                     *better + " (cohort run does it for its workers)");
+  } else {
+    detail::log_info("OpenBLAS runs its " + *loaded + " kernels" +
+                     (chosen ? std::string(" (OPENBLAS_CORETYPE=") + chosen + ")" : std::string()));
+  }
+}
+
+}  // namespace
+
 std::shared_ptr<Context> init(InitOptions options) {
   JobEnv env = resolve_job_env();
   detail::set_log_rank(env.rank, env.node_rank);
   apply_env_overrides(options, env.rank);
   set_num_threads(options.threads);
   if (options.retain_freed_memory) retain_freed_memory();
+  if (env.local_rank == 0) report_openblas_core();
   detail::log_info("joining a job of " + std::to_string(env.world_size) + " (from " + env.source +
                    " variables), store " + env.master_addr + ":" + std::to_string(env.master_port));
   // Heartbeats to `cohort run`'s agent from now on (nothing starts without COHORT_AGENT_SOCKET).

@@ -6,8 +6,10 @@
 //   --lines N        print N long lines, each in two write()s with a pause between (relay test)
 //   --ignore-term    ignore SIGTERM (the launcher must escalate to SIGKILL)
 //   --sleep S        then sleep S seconds (default 0) and exit 0
+//   --blas           load libopenblas.so.0 as libtorch would and print "BLAS CORE=<its kernels>"
 //   --until-restart N  the flags above apply only while COHORT_RESTART_COUNT < N; from the Nth
 //                      restart on the probe prints, writes its pid and exits 0 (restart tests)
+#include <dlfcn.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -24,6 +26,7 @@ int main(int argc, char** argv) {
   int exit_rank = -1, exit_code = 0, kill_rank = -1, lines = 0, delay_ms = 300;
   double sleep_s = 0;
   int until_restart = -1;
+  bool blas = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
@@ -41,6 +44,8 @@ int main(int argc, char** argv) {
       sleep_s = std::atof(next().c_str());
     } else if (a == "--until-restart") {
       until_restart = std::atoi(next().c_str());
+    } else if (a == "--blas") {
+      blas = true;
     } else if (a == "--ignore-term") {
       signal(SIGTERM, SIG_IGN);
     }
@@ -49,9 +54,15 @@ int main(int argc, char** argv) {
        {"COHORT_RANK", "COHORT_WORLD_SIZE", "COHORT_LOCAL_RANK", "COHORT_LOCAL_WORLD_SIZE", "COHORT_NODE_RANK",
         "COHORT_MASTER_ADDR", "COHORT_MASTER_PORT", "COHORT_RESTART_COUNT", "COHORT_THREADS", "RANK", "WORLD_SIZE",
         "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK", "TORCHELASTIC_RESTART_COUNT",
-        "TORCHELASTIC_MAX_RESTARTS", "OMP_NUM_THREADS"}) {
+        "TORCHELASTIC_MAX_RESTARTS", "OMP_NUM_THREADS", "OPENBLAS_CORETYPE"}) {
     const char* v = std::getenv(name);
     std::printf("ENV %s=%s\n", name, v ? v : "<unset>");
+  }
+  if (blas) {
+    const char* core = "<none>";
+    if (void* lib = dlopen("libopenblas.so.0", RTLD_NOW))
+      if (auto fn = reinterpret_cast<char* (*)()>(dlsym(lib, "openblas_get_corename"))) core = fn();
+    std::printf("BLAS CORE=%s\n", core);
   }
   std::fflush(stdout);
   if (const char* dir = std::getenv("PROBE_DIR")) {

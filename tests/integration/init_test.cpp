@@ -2,6 +2,8 @@
 // and the errors for a half-set environment, an unreachable store and a port in use.
 #include <gtest/gtest.h>
 
+#include <regex>
+
 #include "support/subprocess.h"
 
 namespace {
@@ -24,6 +26,32 @@ TEST(Init, WithoutVariablesIsAWorldOfOne) {
   auto r = run_shell("env -i " + kProbe);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "rank 0 world 1 local 0 source none sum 1")) << r.output;
+}
+
+// OpenBLAS that does not know the CPU runs generic kernels; init() says how to start instead
+// (runtime/blas_core.h), and the advice works. On a CPU OpenBLAS knows, init() only names its kernels.
+TEST(Init, SaysHowToStartWithOpenBlasKernelsForThisCpu) {
+  const std::string info = "env -i COHORT_LOG_LEVEL=info ";
+  auto r = run_shell(info + kProbe);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::smatch advice;
+  if (std::regex_search(r.output, advice,
+                        std::regex("OpenBLAS does not know this CPU and runs its generic Prescott kernels.*"
+                                   "Start the workers with OPENBLAS_CORETYPE=([A-Za-z]+)"))) {
+    const std::string core = advice[1];
+    EXPECT_NE(core, "Prescott");
+    auto fixed = run_shell(info + "OPENBLAS_CORETYPE=" + core + " " + kProbe);
+    EXPECT_EQ(fixed.exit_code, 0) << fixed.output;
+    EXPECT_TRUE(contains(fixed.output, "OpenBLAS runs its " + core + " kernels (OPENBLAS_CORETYPE=" + core + ")"))
+        << fixed.output;
+    EXPECT_FALSE(contains(fixed.output, "does not know this CPU")) << fixed.output;
+  } else {
+    EXPECT_TRUE(std::regex_search(r.output, std::regex("OpenBLAS runs its [A-Za-z0-9]+ kernels"))) << r.output;
+  }
+  // The user's own choice is not argued with, even the generic one.
+  auto own = run_shell("env -i OPENBLAS_CORETYPE=Prescott " + kProbe);
+  EXPECT_EQ(own.exit_code, 0) << own.output;
+  EXPECT_FALSE(contains(own.output, "does not know this CPU")) << own.output;
 }
 
 TEST(Init, TorchrunVariablesJoinTwoProcesses) {

@@ -67,6 +67,46 @@ TEST(LauncherEnv, WorkersGetDistinctRanksAndTheEnvironment) {
   EXPECT_EQ(ranks.size(), 3u);
 }
 
+namespace {
+std::string blas_core_in(const std::string& out) {
+  const auto at = out.find("BLAS CORE=");
+  return at == std::string::npos ? "" : out.substr(at + 10, out.find('\n', at) - at - 10);
+}
+}  // namespace
+
+// A worker's OpenBLAS runs kernels for this CPU even where OpenBLAS would fall back to its generic
+// Prescott ones (runtime/blas_core.h); where it knows the CPU, or the user chose, nothing changes.
+TEST(LauncherEnv, WorkersRunOpenBlasKernelsForThisCpu) {
+  unsetenv("OPENBLAS_CORETYPE");
+  Result alone = run({ENV_PROBE_BIN, "--blas"}, 30);  // what OpenBLAS picks by itself
+  const std::string own = blas_core_in(alone.out);
+  ASSERT_FALSE(own.empty()) << alone.out;
+  if (own == "<none>") GTEST_SKIP() << "no libopenblas.so.0 on this machine";
+
+  Result r = run({COHORT_BIN, "run", "--nproc-per-node", "1", "--", ENV_PROBE_BIN, "--blas"}, 30);
+  ASSERT_EQ(r.exit_code(), 0) << r.err;
+  auto env = env_by_rank(r.out);
+  const std::string worker_core = blas_core_in(r.out);
+  __builtin_cpu_init();
+  if (own == "Prescott" && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    EXPECT_NE(worker_core, "Prescott") << r.out;
+    EXPECT_EQ(env[0]["OPENBLAS_CORETYPE"], worker_core) << r.out;
+    const std::string expected = __builtin_cpu_supports("avx512bf16") ? "Cooperlake"
+                                 : __builtin_cpu_supports("avx512bw") ? "SkylakeX"
+                                                                      : "Haswell";
+    EXPECT_EQ(worker_core, expected);
+  } else {
+    EXPECT_EQ(env[0]["OPENBLAS_CORETYPE"], "<unset>") << r.out;
+    EXPECT_EQ(worker_core, own) << r.out;
+  }
+
+  Result chosen = run({COHORT_BIN, "run", "--nproc-per-node", "1", "--", ENV_PROBE_BIN, "--blas"}, 30,
+                      {"OPENBLAS_CORETYPE=Prescott"});
+  ASSERT_EQ(chosen.exit_code(), 0) << chosen.err;
+  EXPECT_EQ(env_by_rank(chosen.out)[0]["OPENBLAS_CORETYPE"], "Prescott");
+  EXPECT_EQ(blas_core_in(chosen.out), "Prescott") << chosen.out;
+}
+
 TEST(LauncherEnv, DefaultPortIsChosenAndSharedByAllRanks) {
   Result r = run({COHORT_BIN, "run", "--nproc-per-node", "2", "--", ENV_PROBE_BIN}, 30);
   ASSERT_EQ(r.exit_code(), 0) << r.err;
