@@ -15,7 +15,10 @@
 # choice; Debian 12's OpenBLAS does not know this machine's CPU and runs generic SSE3 kernels). The
 # kernels `cohort run` gives its workers here (runtime/blas_core.h), for both sides alike:
 #   OPENBLAS_CORETYPE=Cooperlake bench/ddp_throughput.sh 4
-# The summary names the kernels both sides ran.
+# The summary names the kernels both sides ran. Row "2, cohort under `cohort run`" starts cohort's
+# ranks with the launcher, which gives them OpenBLAS's kernels for this CPU when OpenBLAS would run
+# its generic ones (docs/data-parallel.md), and the peer's by hand: what each user gets by default,
+# not a like-for-like comparison of data parallelism when the kernels differ.
 #
 # samples/s is the whole job's training throughput after 10 warm-up steps (DESIGN.md). Every run
 # also checks its result: all ranks must report the same parameter checksum (cohort) and a finite loss.
@@ -34,15 +37,21 @@ steps_of() { [ "$1" = cnn ] && echo 150 || echo 300; }
 malloc_tunables=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824
 
 # run KIND MODEL WORLD → appends the rank-0 JSON line to $out/KIND-MODEL-WORLD
-# (WORLD "2m": 2 ranks, both sides with cohort's malloc settings in GLIBC_TUNABLES)
+# (WORLD "2m": 2 ranks, both sides with cohort's malloc settings in GLIBC_TUNABLES;
+#  WORLD "2r": 2 ranks, cohort's started by `cohort run` — as a user starts them, with the OpenBLAS
+#  kernels it chooses — and the peer's by hand as in row 2, as a Python user starts them)
 run() {
   local kind=$1 model=$2 world=$3 steps port pids=() r
   local tunables=""
   if [ "$world" = 2m ]; then tunables=$malloc_tunables; fi
-  local ranks=${world%m}
+  local ranks=${world%[mr]}
   steps=$(steps_of "$model")
   port=$(( 21000 + RANDOM % 20000 ))
-  if [ "$world" = plain ]; then
+  if [ "$world" = 2r ] && [ "$kind" = cohort ]; then
+    build/tools/cohort run --nproc-per-node 2 --threads-per-proc 1 --no-dashboard --run-dir "$out/run" -- \
+      "$example" --model "$model" --max-steps "$steps" --no-eval --threads 1 --log-every 0 > "$out/all"
+    for (( r = 0; r < ranks; r++ )); do sed -n "s/^\[$r\] //p" "$out/all" > "$out/r$r"; done
+  elif [ "$world" = plain ]; then
     case $kind in
       cohort) "$example" --plain --model "$model" --max-steps "$steps" --no-eval --threads 1 --log-every 0 > "$out/r0" ;;
       peer) "${peer[@]}" --plain --model "$model" --max-steps "$steps" > "$out/r0" ;;
@@ -63,7 +72,7 @@ run() {
   /usr/bin/python3 - "$out" "$world" <<'PY' >> "$out/$kind-$model-$world"
 import json, math, sys, glob
 d, world = sys.argv[1], sys.argv[2]
-n = 1 if world == "plain" else int(world.rstrip("m"))
+n = 1 if world == "plain" else int(world.rstrip("mr"))
 rows = [json.loads(open(f"{d}/r{r}").read().strip().splitlines()[-1]) for r in range(n)]
 assert all(math.isfinite(x["final_loss"]) for x in rows), rows
 sums = {x.get("param_checksum") for x in rows}
@@ -74,13 +83,16 @@ PY
 
 for (( i = 0; i < repeats; i++ )); do
   for model in cnn mlp; do
-    for world in plain 1 2 2m; do
+    for world in plain 1 2 2m 2r; do
       for kind in cohort peer; do run "$kind" "$model" "$world"; done
     done
   done
   echo "round $((i + 1))/$repeats done" >&2
 done
 
+build/tools/cohort run --no-dashboard --run-dir "$out/run" --nproc-per-node 1 -- /usr/bin/env 2>/dev/null |
+  sed -n 's/^\[0\] OPENBLAS_CORETYPE=//p' > "$out/launcher_core"
+[ -s "$out/launcher_core" ] || echo "OpenBLAS's own choice" > "$out/launcher_core"
 /usr/bin/python3 - "$out" <<'PY'
 import json, statistics, sys, os
 d = sys.argv[1]
@@ -89,11 +101,12 @@ def runs(kind, model, world):
 def med(kind, model, world):
     xs = runs(kind, model, world)
     return statistics.median(xs), len(xs)
-labels = {"plain": "1, no DDP (plain)", "1": "1", "2": "2", "2m": "2, peer with cohort's malloc settings"}
+labels = {"plain": "1, no DDP (plain)", "1": "1", "2": "2", "2m": "2, peer with cohort's malloc settings",
+          "2r": "2, cohort under `cohort run`, peer by hand"}
 print("| model | ranks | cohort samples/s | PyTorch DDP samples/s | cohort / PyTorch | median of the rounds' ratios (min-max) |")
 print("|---|---|---|---|---|---|")
 for model in ["cnn", "mlp"]:
-    for world in ["plain", "1", "2", "2m"]:
+    for world in ["plain", "1", "2", "2m", "2r"]:
         c, n = med("cohort", model, world); p, _ = med("peer", model, world)
         ratios = [a / b for a, b in zip(runs("cohort", model, world), runs("peer", model, world))]
         print(f"| {model} | {labels[world]} | {c:,.0f} | {p:,.0f} | {c / p:.2f}x | "
@@ -109,5 +122,6 @@ print(f"\n(medians of {n} runs each; cnn {150} steps, mlp {300} steps, first 10 
 import ctypes
 core = ctypes.CDLL("libopenblas.so.0").openblas_get_corename
 core.restype = ctypes.c_char_p
-print(f"OpenBLAS kernels, both sides: {core().decode()} (OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')})")
+print(f"OpenBLAS kernels, both sides: {core().decode()} (OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}); "
+      f"cohort's under `cohort run`: {open(os.path.join(d, 'launcher_core')).read().strip()}")
 PY
