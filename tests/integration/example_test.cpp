@@ -60,6 +60,25 @@ TEST(Example, TwoRanksTrainAndAgreeOnParametersAndAreReproducible) {
   auto again = checksums(job().output);
   ASSERT_EQ(again.size(), 2u);
   EXPECT_EQ(again[0], sums[0]);
+
+  // Each rank says where its timed steps went ("phase_ms", the monitor's phases): together they
+  // make up the step that samples_per_s measures, over the same steps.
+  const std::regex line_re("\\{.*\"phase_ms\":\\{([^}]*)\\}.*\"samples_per_s\":([0-9.e+-]+).*\\}");
+  const std::regex phase_re("\"(data|forward|backward|comm_wait|optimizer)\":([0-9.e+-]+)");
+  int lines = 0;
+  for (std::sregex_iterator it(first.output.begin(), first.output.end(), line_re), end; it != end; ++it, ++lines) {
+    const std::string phases = (*it)[1];
+    const double step_ms = 1000.0 * 2 * 64 / std::stod((*it)[2]);
+    double sum = 0;
+    int count = 0;
+    for (std::sregex_iterator p(phases.begin(), phases.end(), phase_re); p != end; ++p, ++count) {
+      EXPECT_GE(std::stod((*p)[2]), 0) << phases;
+      sum += std::stod((*p)[2]);
+    }
+    EXPECT_EQ(count, 5) << phases;
+    EXPECT_NEAR(sum, step_ms, 0.2 * step_ms) << phases;
+  }
+  EXPECT_EQ(lines, 2) << first.output;
 }
 
 // A peer that dies mid-training (SIGKILL, ranks started by hand, no launcher to stop the rest):
