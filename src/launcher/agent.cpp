@@ -84,7 +84,8 @@ void print_end(const RunOptions& o, const std::vector<RoundFailure>& history, in
 }  // namespace
 
 namespace {
-int run_rounds(RunOptions& o, RendezvousResult& rdzv, SignalPipe& signals, JobMonitor& monitor);
+int run_rounds(RunOptions& o, RendezvousResult& rdzv, SignalPipe& signals, JobMonitor& monitor,
+               const std::vector<std::string>& blas_env);
 }  // namespace
 
 int run_job(RunOptions o) {
@@ -93,6 +94,15 @@ int run_job(RunOptions o) {
   } catch (const std::exception& e) {
     print_error(e);
     return 2;
+  }
+  // OpenBLAS's own kernels for this CPU when the workers' OpenBLAS would not know it (blas_core.h).
+  // Asked now, while the agent has no other thread: the question sets a variable for a moment.
+  std::vector<std::string> blas_env;
+  if (const auto core = detail::openblas_core_for_workers()) {
+    blas_env.push_back("OPENBLAS_CORETYPE=" + *core);
+    if (o.verbose)
+      std::cerr << "cohort run: OpenBLAS does not know this CPU; the workers get OPENBLAS_CORETYPE=" << *core
+                << " (set OPENBLAS_CORETYPE to choose yourself)" << std::endl;
   }
   SignalPipe signals;  // from here on SIGINT/SIGTERM are events, not deaths
   RendezvousResult rdzv;
@@ -130,27 +140,22 @@ int run_job(RunOptions o) {
                             " could not start the dashboard: " + why + "\n");
     return 2;
   }
-  const int code = run_rounds(o, rdzv, signals, *monitor);
+  const int code = run_rounds(o, rdzv, signals, *monitor, blas_env);
   monitor->finished(code);
   return code;
 }
 
 namespace {
 
-int run_rounds(RunOptions& o, RendezvousResult& rdzv, SignalPipe& signals, JobMonitor& monitor) {
+int run_rounds(RunOptions& o, RendezvousResult& rdzv, SignalPipe& signals, JobMonitor& monitor,
+               const std::vector<std::string>& blas_env) {
   Coordinator& coordinator = *rdzv.coordinator;
   Assignment assignment = rdzv.assignment;
   std::vector<RoundFailure> history;  // one worker failure per failed round, oldest first
   const Watch watch = open_watch(o);  // the worker link (heartbeats, hangs), for every round
   std::vector<std::string> worker_env = watch.worker_variables();
   if (!o.on_nan.empty()) worker_env.push_back("COHORT_ON_NAN=" + o.on_nan);
-  // OpenBLAS's own kernels for this CPU when the workers' OpenBLAS would not know it (blas_core.h).
-  if (const auto core = detail::openblas_core_for_workers()) {
-    worker_env.push_back("OPENBLAS_CORETYPE=" + *core);
-    if (o.verbose)
-      std::cerr << "cohort run: OpenBLAS does not know this CPU; the workers get OPENBLAS_CORETYPE=" << *core
-                << " (set OPENBLAS_CORETYPE to choose yourself)" << std::endl;
-  }
+  worker_env.insert(worker_env.end(), blas_env.begin(), blas_env.end());
   // Warm spares (standby.h) are released through the worker link: without one there are none.
   const bool warm_spares = o.warm_spares && watch.link != nullptr;
   if (o.warm_spares && !warm_spares) std::cerr << "cohort run: warning: no worker link, so no warm spares\n";

@@ -56,7 +56,7 @@ std::optional<std::string> openblas_core_for_workers() {
   const auto better = openblas_core_for(this_cpu_features());
   if (!better) return std::nullopt;
   // One thread: OpenBLAS's pthread build starts its thread pool when it loads. The variable is
-  // restored before anything else (workers included) could read it.
+  // restored right after (the caller has no other thread that could read it meanwhile).
   const char* threads = std::getenv("OPENBLAS_NUM_THREADS");
   const std::string saved = threads ? threads : "";
   setenv("OPENBLAS_NUM_THREADS", "1", 1);

@@ -38,6 +38,7 @@ std::optional<std::string> loaded_openblas_core();
 /// For a launcher, before it starts workers: the OPENBLAS_CORETYPE value to give them, or nullopt
 /// when OPENBLAS_CORETYPE is already set, when this machine has no libopenblas.so.0, or when OpenBLAS
 /// knows this CPU. It loads libopenblas.so.0 with one thread to ask it (about 4 ms) and unloads it.
+/// It sets OPENBLAS_NUM_THREADS for that moment: call it while the process runs no other thread.
 std::optional<std::string> openblas_core_for_workers();
 
 }  // namespace cohort::detail
