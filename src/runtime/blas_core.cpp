@@ -41,15 +41,15 @@ std::optional<std::string> openblas_core_upgrade(const std::string& loaded_core,
 }
 
 namespace {
-using CoreName = char* (*)();
-}
-
-std::optional<std::string> loaded_openblas_core() {
-  auto fn = reinterpret_cast<CoreName>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
-  if (!fn) return std::nullopt;
-  const char* name = fn();
+// openblas_get_corename() of the OpenBLAS behind `handle` (a dlopen handle, or RTLD_DEFAULT).
+std::optional<std::string> core_name(void* handle) {
+  auto fn = reinterpret_cast<char* (*)()>(dlsym(handle, "openblas_get_corename"));
+  const char* name = fn ? fn() : nullptr;
   return name ? std::optional<std::string>(name) : std::nullopt;
 }
+}  // namespace
+
+std::optional<std::string> loaded_openblas_core() { return core_name(RTLD_DEFAULT); }
 
 std::optional<std::string> openblas_core_for_workers() {
   if (std::getenv("OPENBLAS_CORETYPE")) return std::nullopt;  // the user's choice
@@ -63,9 +63,7 @@ std::optional<std::string> openblas_core_for_workers() {
   void* lib = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
   if (threads) setenv("OPENBLAS_NUM_THREADS", saved.c_str(), 1); else unsetenv("OPENBLAS_NUM_THREADS");
   if (!lib) return std::nullopt;
-  std::optional<std::string> loaded;
-  if (auto fn = reinterpret_cast<CoreName>(dlsym(lib, "openblas_get_corename")))
-    if (const char* name = fn()) loaded = name;
+  const std::optional<std::string> loaded = core_name(lib);
   dlclose(lib);
   return loaded ? openblas_core_upgrade(*loaded, better) : std::nullopt;
 }
