@@ -2,6 +2,7 @@
 # Installs cohort's dependencies from Debian 12's packages (only those missing) and builds cohort
 # into build/. Idempotent: a second run installs nothing and rebuilds only what changed.
 # A libtorch 2.x is used instead of Debian's 1.13 when CMAKE_PREFIX_PATH points at it.
+# COHORT_SETUP_NO_BUILD=1 installs the packages only (scripts/build-torch2.sh builds elsewhere).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,5 +35,6 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
+[ "${COHORT_SETUP_NO_BUILD:-0}" = 1 ] && exit 0
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE="${COHORT_BUILD_TYPE:-Release}" ${CMAKE_PREFIX_PATH:+-DCMAKE_PREFIX_PATH="$CMAKE_PREFIX_PATH"} >/dev/null
 cmake --build build

@@ -4,7 +4,7 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#ifdef USE_C10D_GLOO
+#ifdef COHORT_WITH_GLOO
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #endif
 #ifdef USE_C10D_NCCL
@@ -127,7 +127,7 @@ c10::intrusive_ptr<c10d::Store> connect_store(const JobEnv& env, const InitOptio
   return store;
 }
 
-#ifdef USE_C10D_GLOO
+#ifdef COHORT_WITH_GLOO
 std::shared_ptr<::gloo::transport::Device> gloo_device(const JobEnv& env) {
   for (const char* var : {"COHORT_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"}) {
     if (auto ifname = process_env(var)) return c10d::ProcessGroupGloo::createDeviceForInterface(*ifname);
@@ -147,7 +147,7 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const JobEnv& env) {
 
 Context::Context(JobEnv env, c10::intrusive_ptr<c10d::Store> store, const InitOptions& options)
     : env_(std::move(env)), options_(options), store_(std::move(store)) {
-#ifdef USE_C10D_GLOO
+#ifdef COHORT_WITH_GLOO
   auto opts = c10d::ProcessGroupGloo::Options::create(options_.collective_timeout);
   opts->devices.push_back(gloo_device(env_));
   try {

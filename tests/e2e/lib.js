@@ -173,10 +173,13 @@ async function printedUrl(child, timeoutMs = 15000) {
 }
 
 function loadPlaywright() {
+  // tests/e2e/node.sh sets PLAYWRIGHT_CORE: the driver package inside Python's playwright wheel.
+  const where = process.env.PLAYWRIGHT_CORE;
   try {
-    return require(path.join(__dirname, 'node_modules', 'playwright-core'));
+    if (!where) throw new Error('PLAYWRIGHT_CORE is not set');
+    return require(where);
   } catch (e) {
-    skip('playwright-core is not installed: run scripts/setup-test-tools.sh (npm ci --prefix tests/e2e)');
+    skip('playwright-core is not available (' + e.message + '): run scripts/setup-test-tools.sh and start the test through tests/e2e/node.sh');
   }
   return null;
 }

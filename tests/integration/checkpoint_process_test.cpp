@@ -7,6 +7,7 @@
 #include <spawn.h>
 #include <sys/wait.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -176,6 +177,24 @@ TEST(CheckpointFormat, AnIndependentSafetensorsReaderSeesTheModelsValues) {
   const auto r = run_shell("python3 " + kReader + " " + dir + "/step-00000005/model.safetensors " + dir + "/expected.json");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "ok: 5 tensors equal")) << r.output;
+}
+
+// PyTorch users' own reader: Python's safetensors package (in the torch 2.x build's venv, whose
+// Python the CMake variable COHORT_PYTHON names there; Debian 12 packages no safetensors).
+TEST(CheckpointFormat, PythonsSafetensorsPackageLoadsTheModelsValues) {
+  const char* python = std::getenv("COHORT_PYTHON");
+  if (!python || run_shell(std::string(python) + " -c 'import safetensors.torch'").exit_code != 0) {
+    GTEST_SKIP() << "the Python at COHORT_PYTHON (" << (python ? python : "unset")
+                 << ") has no safetensors package; scripts/test-torch2.sh runs this with its venv's";
+  }
+  const std::string dir = fresh_dir("export-package");
+  const auto e = run_shell(kProbe + " --dir " + dir + " --mode export");
+  ASSERT_EQ(e.exit_code, 0) << e.output;
+  const auto r = run_shell(std::string(python) + " " + kReader + " --package " + dir +
+                           "/step-00000005/model.safetensors " + dir + "/expected.json");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "ok: 5 tensors equal (safetensors package)")) << r.output;
+  EXPECT_TRUE(contains(r.output, "'purpose': 'interop test'")) << r.output;
 }
 
 TEST(CheckpointCli, ListVerifyInspect) {

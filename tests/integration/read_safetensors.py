@@ -1,9 +1,11 @@
 """An independent safetensors reader (json + struct only) checking cohort's model file.
 
-usage: read_safetensors.py FILE.safetensors EXPECTED.json
+usage: read_safetensors.py [--package] FILE.safetensors EXPECTED.json
 Reads every tensor of FILE by the safetensors specification and compares its values with
 EXPECTED.json ({name: [values]}, written from the live model by tests/integration/ckpt_probe.cpp).
-Exits 0 when every tensor is present with exactly the expected values, 1 otherwise.
+With --package, FILE is read by Python's safetensors package (safetensors.torch.load_file) instead:
+the reader PyTorch users have. Exits 0 when every tensor is present with exactly the expected
+values, 1 otherwise.
 """
 import json
 import struct
@@ -34,9 +36,22 @@ def read(path):
     return tensors, header.get("__metadata__", {})
 
 
+def read_with_package(path):
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    with safe_open(path, framework="pt") as f:
+        metadata = f.metadata() or {}
+    return {name: t.flatten().tolist() for name, t in load_file(path).items()}, metadata
+
+
 def main():
-    tensors, metadata = read(sys.argv[1])
-    with open(sys.argv[2]) as f:
+    args = sys.argv[1:]
+    package = args[0] == "--package"
+    if package:
+        args = args[1:]
+    tensors, metadata = (read_with_package if package else read)(args[0])
+    with open(args[1]) as f:
         expected = json.load(f)
     bad = []
     for name, values in expected.items():
@@ -51,7 +66,7 @@ def main():
     if bad:
         print("MISMATCH: " + "; ".join(bad))
         return 1
-    print(f"ok: {len(tensors)} tensors equal, metadata {metadata}")
+    print(f"ok: {len(tensors)} tensors equal{' (safetensors package)' if package else ''}, metadata {metadata}")
     return 0
 
 

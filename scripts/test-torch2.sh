@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Builds cohort against libtorch 2.x with CUDA (scripts/build-torch2.sh) and runs the test suite on
+# that build. CUDA tests skip with their reason on a machine without a GPU (docs/torch2.md).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup-test-tools.sh
+bash scripts/build-torch2.sh
+COHORT_E2E_REQUIRED=1 ctest --test-dir build-torch2 --output-on-failure --timeout 600 "$@"
