@@ -6,14 +6,24 @@
 # The limit is on each process's address space (prlimit --as, RLIMIT_AS): cgroup v2 memory.max
 # would kill the process instead of failing its allocation, which is the silent kill this example
 # is meant to avoid, and cgroups are often not writable in containers.
-#   usage: run_under_limit.sh [path/to/sharded_mlp] [limit in MiB, default 2000]
-# About 2000 MiB: libtorch, Gloo and the threads take ~1.4 GB of address space before the model;
-# level 3 peaks at ~1.7 GB, DDP needs ~2.3 GB.
+#   usage: run_under_limit.sh [path/to/sharded_mlp] [limit in MiB]
+# The default limit is the address space a rank of a tiny model reaches (libtorch, Gloo and the
+# threads: ~1.3 GB with Debian's libtorch 1.13, ~3.1 GB with a CUDA libtorch 2.x, whose CUDA
+# libraries are mapped too), measured first, plus 700 MiB: level 3 peaks ~330-400 MiB above it,
+# DDP ~970-1150 MiB above it.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 bin=${1:-$here/../../build/examples/sharded_mlp/sharded_mlp}
-limit_mb=${2:-2000}
 args=(--layers 16 --width 2048 --batch 8 --steps 2 --warmup 1 --mmap-threshold-kb 256)
+if [ -n "${2:-}" ]; then
+  limit_mb=$2
+else
+  base_mb=$("$here/run_ranks.sh" 4 "$bin" --mode zero3 --layers 1 --width 64 --batch 8 --steps 2 --warmup 1 --mmap-threshold-kb 256 |
+            grep -o '"vm_peak_mb":[0-9.]*' | cut -d: -f2 | sort -n | tail -1)
+  [ -n "$base_mb" ] || { echo "could not measure the address space of a tiny model's rank"; exit 1; }
+  limit_mb=$(( ${base_mb%.*} + 700 ))
+  echo "a tiny model's rank reaches ${base_mb%.*} MiB of address space; the limit is 700 MiB above it"
+fi
 limit=$((limit_mb * 1024 * 1024))
 
 echo "== level 3 (parameters sharded), 4 ranks, address space limited to ${limit_mb} MiB each"

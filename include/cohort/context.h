@@ -66,6 +66,11 @@ class Context {
   const c10::intrusive_ptr<Backend>& group(const c10::Device& device) const;
   const c10::intrusive_ptr<Backend>& group() const { return group(c10::Device(c10::kCPU)); }
 
+  /// The device this rank trains on: the CPU for kCPU; for kCUDA the CUDA device local_rank (modulo
+  /// the devices visible), as torchrun users pick it. Throws ConfigError — one line naming the rank
+  /// — where this libtorch was built without CUDA or this machine has no CUDA device.
+  c10::Device device(c10::DeviceType type) const;
+
   /// The shared-memory allreduce for CPU tensors when all ranks share this machine, else nullptr.
   detail::ShmAllreduce* shm_allreduce() const { return shm_.get(); }
 

@@ -11,10 +11,13 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 #include <ATen/Parallel.h>
+#include <torch/cuda.h>
+#include <torch/version.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <optional>
+#include <vector>
 #include <thread>
 
 #include "cohort/error.h"
@@ -80,6 +83,37 @@ void wait_if_standby(const JobEnv& env) {
   link->wait_until_released();
 }
 
+// The libtorch this program was compiled against: ranks built against different ones would meet
+// in collectives with different wire formats and tensor layouts, so init() refuses to go on.
+std::string libtorch_build() {
+  std::string build = "libtorch " TORCH_VERSION;
+#ifdef USE_C10D_NCCL
+  build += " with CUDA and NCCL";
+#else
+  build += " without CUDA";
+#endif
+  return build;
+}
+
+std::string libtorch_key(int rank) { return "cohort/init/libtorch/" + std::to_string(rank); }
+
+std::vector<uint8_t> c10d_bytes(const std::string& s) { return {s.begin(), s.end()}; }
+
+// "rank R runs X, this rank runs Y" for the first rank whose libtorch differs, else nullopt.
+std::optional<std::string> libtorch_mismatch(c10d::Store& store, const JobEnv& env) {
+  const std::string mine = libtorch_build();
+  for (int r = 0; r < env.world_size; ++r) {
+    if (r == env.rank) continue;
+    const auto bytes = store.get(libtorch_key(r));
+    const std::string theirs(bytes.begin(), bytes.end());
+    if (theirs != mine) {
+      return "rank " + std::to_string(r) + " runs " + theirs + ", this rank runs " + mine +
+             ": every rank of a job must run a program built against the same libtorch";
+    }
+  }
+  return std::nullopt;
+}
+
 c10::intrusive_ptr<c10d::Store> connect_store(const JobEnv& env, const InitOptions& options) {
   if (env.world_size == 1) return c10::make_intrusive<c10d::HashStore>();
   c10d::TCPStoreOptions opts;
@@ -105,8 +139,12 @@ c10::intrusive_ptr<c10d::Store> connect_store(const JobEnv& env, const InitOptio
     }
     throw TimeoutError(env.rank, "could not reach the store at " + where + " within " +
                                      seconds_text(options.store_timeout) +
-                                     "; is rank 0 running and MASTER_ADDR/MASTER_PORT right? (" + cause + ")");
+                                     "; is rank 0 running, MASTER_ADDR/MASTER_PORT right, and every rank's program built against the "
+                                     "same libtorch (the stores of libtorch 1.x and 2.x do not talk)? (" + cause + ")");
   }
+  // Every rank records its libtorch before counting itself in, so that after the wait below each
+  // rank can compare all of them (libtorch_mismatch) and every rank fails with the same message.
+  store->set(libtorch_key(env.rank), c10d_bytes(libtorch_build()));
   // Every rank counts itself in, then waits until all have: a missing rank is reported here,
   // with how many came, instead of as a timeout deep inside the process group's set-up.
   const std::string key = "cohort/init/joined";
@@ -124,6 +162,7 @@ c10::intrusive_ptr<c10d::Store> connect_store(const JobEnv& env, const InitOptio
     pause = std::min(pause * 2, std::chrono::milliseconds(50));
     joined = store->add(key, 0);
   }
+  if (auto mismatch = libtorch_mismatch(*store, env)) throw ConfigError(env.rank, *mismatch);
   return store;
 }
 
@@ -169,8 +208,24 @@ Context::Context(JobEnv env, c10::intrusive_ptr<c10d::Store> store, const InitOp
 
 Context::~Context() = default;
 
+c10::Device Context::device(c10::DeviceType type) const {
+  if (type != c10::kCUDA) return c10::Device(type);
+#ifdef USE_C10D_NCCL
+  if (!torch::cuda::is_available()) {
+    throw ConfigError(env_.rank, "CUDA tensors asked for, but this machine has no CUDA device (this libtorch has "
+                                 "CUDA; check the driver and CUDA_VISIBLE_DEVICES, or train on the CPU)");
+  }
+  const auto count = static_cast<int>(torch::cuda::device_count());
+  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(env_.local_rank % count));
+#else
+  throw ConfigError(env_.rank, "CUDA tensors asked for, but this libtorch (" TORCH_VERSION
+                               ") was built without CUDA and NCCL; build against a CUDA libtorch, or train on the CPU");
+#endif
+}
+
 const c10::intrusive_ptr<Backend>& Context::group(const c10::Device& device) const {
   if (device.is_cuda()) {
+    this->device(c10::kCUDA);  // the same one-line errors where there is no CUDA
 #ifdef USE_C10D_NCCL
     if (!cuda_group_) {
       cuda_group_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(
@@ -178,8 +233,6 @@ const c10::intrusive_ptr<Backend>& Context::group(const c10::Device& device) con
           c10d::ProcessGroupNCCL::Options::create());
     }
     return cuda_group_;
-#else
-    throw ConfigError(env_.rank, "CUDA tensors need NCCL, and this libtorch was built without it");
 #endif
   }
   if (!cpu_group_) {

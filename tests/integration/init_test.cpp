@@ -2,7 +2,11 @@
 // and the errors for a half-set environment, an unreachable store and a port in use.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
 #include <regex>
+#include <sstream>
 
 #include "support/subprocess.h"
 
@@ -45,8 +49,12 @@ TEST(Init, SaysHowToStartWithOpenBlasKernelsForThisCpu) {
     EXPECT_TRUE(contains(fixed.output, "OpenBLAS runs its " + core + " kernels (OPENBLAS_CORETYPE=" + core + ")"))
         << fixed.output;
     EXPECT_FALSE(contains(fixed.output, "does not know this CPU")) << fixed.output;
-  } else {
-    EXPECT_TRUE(std::regex_search(r.output, std::regex("OpenBLAS runs its [A-Za-z0-9]+ kernels"))) << r.output;
+  } else if (!std::regex_search(r.output, std::regex("OpenBLAS runs its [A-Za-z0-9]+ kernels"))) {
+    // PyTorch's wheels bring their own BLAS (MKL, linked in): no OpenBLAS to advise on.
+    const auto ldd = run_shell("ldd " + kProbe);
+    ASSERT_FALSE(contains(ldd.output, "openblas")) << "OpenBLAS is loaded but init() named no kernels:\n"
+                                                   << r.output << ldd.output;
+    GTEST_SKIP() << "this libtorch loads no OpenBLAS (PyTorch's wheels link MKL)";
   }
   // The user's own choice is not argued with, even the generic one.
   auto own = run_shell("env -i OPENBLAS_CORETYPE=Prescott " + kProbe);
@@ -90,6 +98,58 @@ TEST(Init, OpenMpiAndSlurmVariablesJoin) {
            " MASTER_PORT=" + std::to_string(port2);
   });
   EXPECT_TRUE(contains(r.output, "rank 1 world 2 local 1 source slurm sum 2")) << r.output;
+}
+
+// Where this libtorch has no CUDA (Debian's 1.13) or this machine has no GPU (a CUDA libtorch 2.x
+// here): each rank says so in one line naming itself, and exits 2 before any collective.
+TEST(Init, CudaWithoutCudaIsAOneLineErrorOnEveryRank) {
+  const int port = free_port();
+  auto r = run_job(2, [&](int rank) {
+    return "-i INIT_PROBE_DEVICE=cuda RANK=" + std::to_string(rank) + " WORLD_SIZE=2 MASTER_PORT=" + std::to_string(port);
+  });
+  if (std::ifstream("/dev/nvidia0") && contains(r.output, "device cuda:")) {
+    GTEST_SKIP() << "this machine has a GPU; the CUDA paths are tested by cohort_cuda_tests";
+  }
+  const std::regex line("rank ([01]): CUDA tensors asked for, but (this machine has no CUDA device|this libtorch \\(.*\\) was built without CUDA and NCCL)[^\n]*\n");
+  EXPECT_EQ(std::distance(std::sregex_iterator(r.output.begin(), r.output.end(), line), std::sregex_iterator()), 2)
+      << r.output;
+  EXPECT_TRUE(contains(r.output, "rank 0: CUDA")) << r.output;
+  EXPECT_TRUE(contains(r.output, "rank 1: CUDA")) << r.output;
+  std::istringstream lines(r.output);
+  int other = 0;
+  for (std::string l; std::getline(lines, l);) other += l.find("OpenBLAS") == std::string::npos;  // init()'s advice
+  EXPECT_EQ(other, 2) << "one line per rank, nothing else:\n" << r.output;
+  EXPECT_LT(r.seconds, 30);
+}
+
+// A rank built against another libtorch: here a Python process with torch (the same store
+// protocol) joins the real TCPStore as rank 1 the way init() does, but records another libtorch.
+// Rank 0 must stop with one line naming both, before any collective; the Python side reads rank 0's
+// record, which must name this build's libtorch.
+TEST(Init, RanksBuiltAgainstDifferentLibtorchsAreRefused) {
+  const char* python = std::getenv("COHORT_PYTHON");
+  if (!python || run_shell(std::string(python) + " -c 'import torch.distributed'").exit_code != 0) {
+    GTEST_SKIP() << "no Python with torch.distributed at COHORT_PYTHON";
+  }
+  const int port = free_port();
+  const std::string other = R"PY(
+import sys, time, torch.distributed as dist
+store = dist.TCPStore("127.0.0.1", int(sys.argv[1]), 2, False, timeout=__import__("datetime").timedelta(seconds=20))
+store.set("cohort/init/libtorch/1", "libtorch 9.9.9 without CUDA")
+store.add("cohort/init/joined", 1)
+print("rank 0 records: " + store.get("cohort/init/libtorch/0").decode(), flush=True)
+time.sleep(3)
+)PY";
+  auto r = run_shell("{ env -i RANK=0 WORLD_SIZE=2 MASTER_PORT=" + std::to_string(port) +
+                     " COHORT_STORE_TIMEOUT_S=20 timeout 60 " + kProbe + " 2>&1; echo exit=$?; } & sleep 1; " +
+                     python + " -c '" + other + "' " + std::to_string(port) + " 2>&1; wait");
+  EXPECT_TRUE(contains(r.output, "exit=2")) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex("rank 0: rank 1 runs libtorch 9\\.9\\.9 without CUDA, this rank runs "
+                                                     "libtorch [0-9.]+ (with CUDA and NCCL|without CUDA): every rank")))
+      << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex("rank 0 records: libtorch [0-9.]+ (with CUDA and NCCL|without CUDA)\\n")))
+      << r.output;
+  EXPECT_LT(r.seconds, 30);
 }
 
 TEST(Init, HalfSetEnvironmentIsAOneLineError) {
