@@ -5,7 +5,8 @@
 // 1 GiB of state for --param-mb 512), world of one. Each round, in this order so noise hits all:
 //   dd       dd if=/dev/zero of=DIR/dd.bin bs=4M count=... conv=fsync  (the disk's streaming rate)
 //   save     Checkpointer::save (synchronous: written, fsynced, committed)
-//   restore  restore_latest into a second model and optimizer (files read, hashed, copied)
+//   restore  restore_latest into a second model and optimizer (files read, hashed, copied); with
+//            --cold-restore the page cache is dropped first (as root), as after a restart elsewhere
 //   async    save_async: the time training is blocked (the snapshot), then wait() for the rest
 // Prints one JSON line per round and a summary with medians and ratios.
 #include <CLI/CLI.hpp>
@@ -50,9 +51,11 @@ int main(int argc, char** argv) {
   std::string dir = "/tmp/cohort_checkpoint_bench";
   int64_t param_mb = 512;
   int rounds = 3;
+  bool cold_restore = false;
   app.add_option("--dir", dir, "where to write (the disk under test)")->capture_default_str();
   app.add_option("--param-mb", param_mb, "MiB of parameters; the state is twice that")->capture_default_str();
   app.add_option("--rounds", rounds)->capture_default_str();
+  app.add_flag("--cold-restore", cold_restore, "drop the page cache before each restore (needs root)");
   CLI11_PARSE(app, argc, argv);
 
   auto ctx = cohort::init();
@@ -79,6 +82,10 @@ int main(int argc, char** argv) {
     checkpoints.save({&model, &sgd, nullptr});
     save.push_back(seconds_since(t));
 
+    if (cold_restore && std::system("sync && echo 3 > /proc/sys/vm/drop_caches") != 0) {
+      std::cerr << "checkpoint_io: --cold-restore could not drop the page cache (root needed)" << std::endl;
+      return 1;
+    }
     t = clock_type::now();
     cohort::Checkpointer reader(dir + "/ck", ctx);
     const auto info = reader.restore_latest({&restored_model, &restored_sgd, nullptr});

@@ -6,6 +6,11 @@
 #
 #   bench/ddp_throughput.sh [REPEATS]     (default 3; runs are interleaved, medians are reported)
 #
+# Against PyTorch 2.x on the same libtorch: cohort built against the wheel's libtorch
+# (scripts/build-torch2.sh) and the peer run by the wheel's Python (docs/torch2.md):
+#   COHORT_BUILD=build-torch2 PEER_PYTHON=~/.cache/cohort/venv-torch2/bin/python bench/ddp_throughput.sh 3
+# (PyTorch's wheels use MKL, not OpenBLAS: both sides then run MKL's kernels.)
+#
 # Row "2, peer with cohort's malloc settings": cohort::init() makes glibc keep freed memory for the
 # next step (cohort/memory_reuse.h); this row gives the Python peer the same settings through
 # GLIBC_TUNABLES, to show how much of the difference that alone makes. Ratios are also reported as
@@ -25,8 +30,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repeats=${1:-3}
-example=build/examples/fashion_mnist/fashion_mnist
-peer=(/usr/bin/python3 bench/peer_ddp.py)
+build=${COHORT_BUILD:-build}
+example=$build/examples/fashion_mnist/fashion_mnist
+peer_python=${PEER_PYTHON:-/usr/bin/python3}
+peer=("$peer_python" bench/peer_ddp.py)
 export OPENBLAS_NUM_THREADS=1  # Python's torch does not set OpenBLAS's threads; cohort does it itself
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
@@ -48,7 +55,7 @@ run() {
   steps=$(steps_of "$model")
   port=$(( 21000 + RANDOM % 20000 ))
   if [ "$world" = 2r ] && [ "$kind" = cohort ]; then
-    build/tools/cohort run --nproc-per-node 2 --threads-per-proc 1 --no-dashboard --run-dir "$out/run" -- \
+    "$build"/tools/cohort run --nproc-per-node 2 --threads-per-proc 1 --no-dashboard --run-dir "$out/run" -- \
       "$example" --model "$model" --max-steps "$steps" --no-eval --threads 1 --log-every 0 > "$out/all"
     for (( r = 0; r < ranks; r++ )); do sed -n "s/^\[$r\] //p" "$out/all" > "$out/r$r"; done
   elif [ "$world" = plain ]; then
@@ -90,7 +97,8 @@ for (( i = 0; i < repeats; i++ )); do
   echo "round $((i + 1))/$repeats done" >&2
 done
 
-build/tools/cohort run --no-dashboard --run-dir "$out/run" --nproc-per-node 1 -- /usr/bin/env 2>/dev/null |
+"$peer_python" -c 'import torch; print("libtorch " + torch.__version__ + (", MKL" if torch.backends.mkl.is_available() else ""))' > "$out/libtorch"
+"$build"/tools/cohort run --no-dashboard --run-dir "$out/run" --nproc-per-node 1 -- /usr/bin/env 2>/dev/null |
   sed -n 's/^\[0\] OPENBLAS_CORETYPE=//p' > "$out/launcher_core"
 [ -s "$out/launcher_core" ] || echo "OpenBLAS's own choice" > "$out/launcher_core"
 /usr/bin/python3 - "$out" <<'PY'
@@ -122,6 +130,7 @@ print(f"\n(medians of {n} runs each; cnn {150} steps, mlp {300} steps, first 10 
 import ctypes
 core = ctypes.CDLL("libopenblas.so.0").openblas_get_corename
 core.restype = ctypes.c_char_p
-print(f"OpenBLAS kernels, both sides: {core().decode()} (OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}); "
+print("Both sides: " + open(os.path.join(d, "libtorch")).read().strip())
+print(f"OpenBLAS kernels (where the libtorch uses OpenBLAS), both sides: {core().decode()} (OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}); "
       f"cohort's under `cohort run`: {open(os.path.join(d, 'launcher_core')).read().strip()}")
 PY

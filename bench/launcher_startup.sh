@@ -6,15 +6,21 @@
 #   torchrun: python3 -m torch.distributed.run --nproc_per_node N --redirects 1 --tee 1 bench/startup_probe.py
 # Runs alternate between the two so that machine noise hits both; prints each median and the ratio.
 # Also prints the launcher's own share: `cohort run` of /bin/true (no torch), start to exit.
-# Usage: bench/launcher_startup.sh [REPETITIONS (default 7)] [WORKER COUNTS (default "2 4")]
+# Usage: [COHORT_BUILD=build] [PEER_PYTHON=python] bench/launcher_startup.sh [REPETITIONS (default 7)] [WORKER COUNTS (default "2 4")]
 # Needs a build (bash scripts/setup.sh; ninja -C build startup_probe) and python3-torch.
+# Against torchrun 2.x on the same libtorch:
+#   COHORT_BUILD=build-torch2 PEER_PYTHON=~/.cache/cohort/venv-torch2/bin/python bench/launcher_startup.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 reps=${1:-7}
 counts=${2:-"2 4"}
-cohort=build/tools/cohort
-probe=${STARTUP_PROBE:-build/bench/startup_probe}  # override to measure a variant
-[ -x "$cohort" ] && [ -x "$probe" ] || { echo "launcher_startup: build first (ninja -C build cohort_cli startup_probe)" >&2; exit 2; }
+build=${COHORT_BUILD:-build}
+py=${PEER_PYTHON:-/usr/bin/python3}
+cohort=$build/tools/cohort
+probe=${STARTUP_PROBE:-$build/bench/startup_probe}  # override to measure a variant
+[ -x "$cohort" ] && [ -x "$probe" ] || { echo "launcher_startup: build first (ninja -C $build cohort_cli startup_probe)" >&2; exit 2; }
+# torchrun of torch 1.13 fails under Python 3.11 unless its workers' output is redirected; 2.x's runs as users start it.
+torchrun_io=(); [ "$("$py" -c 'import torch; print(torch.__version__.split(".")[0])')" = 1 ] && torchrun_io=(--redirects 1 --tee 1)
 
 free_port() { /usr/bin/python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 
@@ -35,13 +41,13 @@ PY
 }
 
 echo "launcher start-up: time until all workers joined the process group (ms), $reps repetitions"
-echo "machine: $(nproc) cores, $(uname -r); load: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "machine: $(nproc) cores, $(uname -r); load: $(cut -d' ' -f1-3 /proc/loadavg); torchrun of torch $("$py" -c 'import torch; print(torch.__version__)')"
 for n in $counts; do
   c_times=(); t_times=(); overhead=()
   for ((i = 0; i < reps; i++)); do
     c_times+=("$(measure "$n" "$cohort" run --nproc-per-node "$n" --master-port "$(free_port)" -- "$probe")")
-    t_times+=("$(measure "$n" /usr/bin/python3 -m torch.distributed.run --nproc_per_node "$n" --master_port "$(free_port)" \
-      --redirects 1 --tee 1 bench/startup_probe.py)")
+    t_times+=("$(measure "$n" "$py" -m torch.distributed.run --nproc_per_node "$n" --master_port "$(free_port)" \
+      "${torchrun_io[@]}" bench/startup_probe.py)")
     s=$(date +%s%N); "$cohort" run --nproc-per-node "$n" -- /bin/true; e=$(date +%s%N)
     overhead+=("$(( (e - s) / 1000 ))")
   done

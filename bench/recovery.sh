@@ -7,11 +7,17 @@
 # (useful steps per second with failures / without).
 # Usage: bench/recovery.sh [REPETITIONS (default 5)]    GOODPUT=1 bench/recovery.sh 3
 # Needs a build (bash scripts/setup.sh) and python3-torch.
+# Against torchrun 2.x on the same libtorch:
+#   COHORT_BUILD=build-torch2 PEER_PYTHON=~/.cache/cohort/venv-torch2/bin/python bench/recovery.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 reps=${1:-5}
-cohort=build/tools/cohort
-example=build/examples/fashion_mnist/fashion_mnist
+build=${COHORT_BUILD:-build}
+py=${PEER_PYTHON:-/usr/bin/python3}
+cohort=$build/tools/cohort
+example=$build/examples/fashion_mnist/fashion_mnist
+# torchrun of torch 1.13 fails under Python 3.11 unless its workers' output is redirected; 2.x's runs as users start it.
+torchrun_io=(); [ "$("$py" -c 'import torch; print(torch.__version__.split(".")[0])')" = 1 ] && torchrun_io=(--redirects 1 --tee 1)
 [ -x "$cohort" ] && [ -x "$example" ] || { echo "recovery: build first (bash scripts/setup.sh)" >&2; exit 2; }
 work=$(mktemp -d /tmp/cohort_recovery.XXXXXX)
 trap 'pkill -9 -f "$work" 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
@@ -22,6 +28,7 @@ free_port() { /usr/bin/python3 -c 'import socket;s=socket.socket();s.bind(("127.
 start() {
   local kind=$1 dir=$2 steps=$3
   mkdir -p "$dir/ck"
+  : >"$dir/log"  # exists before the job's own redirection does: first_steps may look at once
   if [ "$kind" != torchrun ]; then
     local warm=(); [ "$kind" = cohort-warm ] && warm=(--warm-spares)
     "$cohort" run --nproc-per-node 2 --threads-per-proc 1 --max-restarts 100 "${warm[@]}" --no-dashboard \
@@ -31,8 +38,8 @@ start() {
   else
     # torchrun looks at its workers every --monitor_interval seconds (default 5, which adds a
     # random 0-5 s to its recovery); the peer gets its best, 0.1 s, unless TORCHRUN_MONITOR_S says otherwise.
-    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 /usr/bin/python3 -m torch.distributed.run --nproc_per_node 2 \
-      --monitor_interval "${TORCHRUN_MONITOR_S:-0.1}" --max_restarts 100 --redirects 1 --tee 1 --master_port "$(free_port)" bench/peer_recovery.py \
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$py" -m torch.distributed.run --nproc_per_node 2 \
+      --monitor_interval "${TORCHRUN_MONITOR_S:-0.1}" --max_restarts 100 "${torchrun_io[@]}" --master_port "$(free_port)" bench/peer_recovery.py \
       --ckpt-dir "$dir/ck" --max-steps "$steps" --ckpt-every 10 >"$dir/log" 2>&1 &
     pattern="-u bench/peer_recovery.py --ckpt-dir $dir/ck"
   fi
@@ -85,7 +92,7 @@ recovery_ms() {
 }
 
 echo "recovery time: SIGKILL of one worker -> first completed step after the restart (ms), $reps repetitions"
-echo "machine: $(nproc) cores, $(uname -r); load: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "machine: $(nproc) cores, $(uname -r); load: $(cut -d' ' -f1-3 /proc/loadavg); torchrun of torch $("$py" -c 'import torch; print(torch.__version__)')"
 w=(); c=(); t=()
 for ((i = 0; i < reps; i++)); do
   w+=("$(recovery_ms cohort-warm "$i")")

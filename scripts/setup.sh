@@ -20,9 +20,11 @@ packages=(
   libjs-chart.js        # the dashboard's charts (Chart.js), embedded in the binary at build time
   libgtest-dev          # GoogleTest
   dataset-fashion-mnist # the example's data set (gzipped IDX under /usr/share/datasets/fashion-mnist)
+  fortunes              # the GPT example's corpus: ~2.5 MB of English text under /usr/share/games/fortunes
   python3-torch         # the peer: PyTorch's Python DDP/DistributedSampler on the same libtorch (tests, bench)
   procps                # ps/pgrep, used by the process tests
   iproute2              # ip netns + veth: the launcher's two-node test runs nodes as network namespaces
+  emscripten            # em++: the simulator's C++ core compiled to WebAssembly for its page (web/sim/)
 )
 missing=()
 for p in "${packages[@]}"; do

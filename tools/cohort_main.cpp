@@ -1,5 +1,5 @@
 // `cohort`: the command line. Subcommands: run (src/launcher/), ckpt (ckpt_command.cpp),
-// dashboard (dashboard_command.cpp). Errors are one line on stderr and a non-zero exit.
+// dashboard (dashboard_command.cpp), sim (sim_command.cpp). Errors are one line on stderr and a non-zero exit.
 #include <CLI/CLI.hpp>
 
 #include <iostream>
@@ -8,6 +8,7 @@
 
 #include "ckpt_command.h"
 #include "dashboard_command.h"
+#include "sim_command.h"
 #include "cohort/version.h"
 #include "launcher/agent.h"
 #include "launcher/cli.h"
@@ -26,6 +27,8 @@ int main(int argc, char** argv) {
   CLI::App* ckpt = cohort::tools::add_ckpt_command(app, ckpt_options);
   cohort::tools::DashboardOptions dashboard_options;
   CLI::App* dashboard = cohort::tools::add_dashboard_command(app, dashboard_options);
+  cohort::tools::SimOptions sim_options;
+  CLI::App* sim = cohort::tools::add_sim_command(app, sim_options);
 
   // CLI11 sees cohort's own arguments only; the program and its arguments are kept apart.
   std::vector<std::string> args(argv + 1, argv + argc);
@@ -43,13 +46,18 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     std::string what = e.what();
     for (char& c : what) c = c == '\n' ? ' ' : c;
-    const std::string sub = run->parsed() ? " run" : ckpt->parsed() ? " ckpt" : dashboard->parsed() ? " dashboard" : "";
+    const std::string sub = run->parsed()         ? " run"
+                            : ckpt->parsed()      ? " ckpt"
+                            : dashboard->parsed() ? " dashboard"
+                            : sim->parsed()       ? " sim"
+                                                  : "";
     std::cerr << "cohort" << sub << ": error: " << what << " (see cohort" << sub << " --help)" << std::endl;
     return 2;
   }
   if (run->parsed()) return cohort::launcher::run_job(run_options);
   if (ckpt->parsed()) return cohort::tools::run_ckpt_command(*ckpt, ckpt_options);
   if (dashboard->parsed()) return cohort::tools::run_dashboard_command(dashboard_options);
+  if (sim->parsed()) return cohort::tools::run_sim_command(*sim, sim_options);
   if (!run_options.command.empty()) {
     std::cerr << "cohort: error: unexpected arguments; to start a program use cohort run [--] PROGRAM" << std::endl;
     return 2;

@@ -119,6 +119,7 @@ int run_dashboard_command(const DashboardOptions& options) {
     server_options.host = o.host;
     server_options.port = o.port;
     server_options.token = o.token;
+    server_options.run_dir = o.run_dir;
     dashboard::Server server(hub, server_options);
     const std::string url = server.url();
     const std::string base = url.substr(0, url.find('?'));

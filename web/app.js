@@ -39,7 +39,8 @@
   let loaded = false;
   let loading = null;
   let again = false;
-  const stats = { resyncs: 0 };  // for tests: how often the stream said we fell behind
+  // For tests: how often the stream said we fell behind, snapshots applied, one on its way.
+  const stats = { resyncs: 0, snapshots: 0, loading: false };
   let buffered = [];
   let eventsDirty = true;
   let renderTimer = null;
@@ -530,17 +531,29 @@
       again = true;
       return loading;
     }
+    stats.loading = true;
     loading = (async () => {
-      for (let attempt = 0; ; attempt++) {
+      for (let attempt = 0; ; ) {
+        // The hub puts a message in its state before it sends it: the snapshot asked for now
+        // holds all received so far, so only those that come during the fetch are kept.
+        buffered = [];
+        again = false;
+        let snapshot;
         try {
           const res = await fetch('api/state' + query, { cache: 'no-store' });
           if (!res.ok) throw new Error('HTTP ' + res.status);
-          applySnapshot(await res.json());
-          break;
+          snapshot = await res.json();
         } catch (err) {
           setText($('footer'), 'cannot load the job state: ' + err.message + '; retrying');
-          await new Promise((r) => setTimeout(r, Math.min(5000, 500 * (attempt + 1))));
+          await new Promise((r) => setTimeout(r, Math.min(5000, 500 * ++attempt)));
+          continue;
         }
+        // Told meanwhile that messages were lost (a resync, too many buffered): this snapshot and
+        // what came after it would be drawn with a gap between them; the next one holds them all.
+        if (again) continue;
+        applySnapshot(snapshot);
+        stats.snapshots++;
+        break;
       }
       loaded = true;
       // Messages that came while the snapshot was on its way; those it already holds replace
@@ -555,11 +568,7 @@
       render();
       document.body.dataset.ready = 'true';
       loading = null;
-      if (again) {
-        again = false;
-        loaded = false;
-        loadState();
-      }
+      stats.loading = false;
     })();
     return loading;
   }

@@ -7,7 +7,8 @@
 //
 // What a checkpoint holds: the module's parameters and buffers, the optimizer's state (SGD
 // momentum; Adam/AdamW moments and step counts; RMSprop; Adagrad) and learning rates, the
-// sampler's state, every rank's RNG state, the step, the epoch and a small key-value map of yours.
+// sampler's state, every rank's RNG state, the step, the epoch, your own objects' state
+// (cohort::Stateful: a learning-rate schedule, counters) and a small key-value map of yours.
 // Layout and guarantees are in docs/checkpointing.md; in short:
 //  * one directory per checkpoint (DIR/step-00001200/), tensors in safetensors files, and a
 //    manifest.json with sizes and XXH3-64 checksums written last: its rename is the commit, so a
@@ -74,11 +75,29 @@ struct RestoreInfo {
   std::map<std::string, std::string> metadata;
 };
 
-/// The objects a checkpoint covers; optimizer and sampler may be null.
+/// State of your own that checkpoints carry, like torch.distributed.checkpoint's Stateful: a
+/// learning-rate schedule, a data position of your own, counters. Saved as the text state_dict()
+/// returns (JSON, say) in the manifest, from rank 0 — keep it the same on every rank — and handed
+/// back to load_state_dict() by restore, after the module, optimizer and sampler. Small values
+/// only: tensors belong in the module or the optimizer.
+class Stateful {
+ public:
+  virtual ~Stateful() = default;
+  virtual std::string state_dict() const = 0;
+  /// Throw (any std::exception) if the text does not fit: the restore then fails with a
+  /// CheckpointError naming the object.
+  virtual void load_state_dict(const std::string& state) = 0;
+};
+
+/// Stateful objects by name; each is saved under its name, and restore requires every one.
+using UserStates = std::map<std::string, Stateful*>;
+
+/// The objects a checkpoint covers; optimizer and sampler may be null, `user` empty.
 struct TrainingState {
   torch::nn::Module* module = nullptr;
   torch::optim::Optimizer* optimizer = nullptr;
   DistributedSampler* sampler = nullptr;
+  UserStates user;
 };
 
 class Checkpointer {
@@ -114,22 +133,24 @@ class Checkpointer {
   int64_t saves_committed() const;
   const std::string& dir() const { return dir_; }
 
-  // The usual spellings: a module or module holder (DDP), then optimizer and sampler.
+  // The usual spellings: a module or module holder (DDP), then optimizer, sampler and your own
+  // Stateful objects, e.g. checkpoints.maybe_save(model, optimizer, sampler, {{"schedule", &schedule}}).
   template <typename M>
-  std::optional<RestoreInfo> restore_latest(M& model, torch::optim::Optimizer& optimizer, DistributedSampler& sampler) {
-    return restore_latest(TrainingState{&module_of(model), &optimizer, &sampler});
+  std::optional<RestoreInfo> restore_latest(M& model, torch::optim::Optimizer& optimizer, DistributedSampler& sampler,
+                                            UserStates user = {}) {
+    return restore_latest(TrainingState{&module_of(model), &optimizer, &sampler, std::move(user)});
   }
   template <typename M>
-  bool maybe_save(M& model, torch::optim::Optimizer& optimizer, DistributedSampler& sampler) {
-    return maybe_save(TrainingState{&module_of(model), &optimizer, &sampler});
+  bool maybe_save(M& model, torch::optim::Optimizer& optimizer, DistributedSampler& sampler, UserStates user = {}) {
+    return maybe_save(TrainingState{&module_of(model), &optimizer, &sampler, std::move(user)});
   }
   template <typename M>
-  void save(M& model, torch::optim::Optimizer& optimizer, DistributedSampler& sampler) {
-    save(TrainingState{&module_of(model), &optimizer, &sampler});
+  void save(M& model, torch::optim::Optimizer& optimizer, DistributedSampler& sampler, UserStates user = {}) {
+    save(TrainingState{&module_of(model), &optimizer, &sampler, std::move(user)});
   }
   template <typename M>
-  void save_async(M& model, torch::optim::Optimizer& optimizer, DistributedSampler& sampler) {
-    save_async(TrainingState{&module_of(model), &optimizer, &sampler});
+  void save_async(M& model, torch::optim::Optimizer& optimizer, DistributedSampler& sampler, UserStates user = {}) {
+    save_async(TrainingState{&module_of(model), &optimizer, &sampler, std::move(user)});
   }
 
  private:

@@ -37,6 +37,7 @@
 #include <torch/nn/pimpl.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -82,6 +83,11 @@ struct ShardedOptions {
   AllgatherAlgo allgather = AllgatherAlgo::automatic;
   /// Level 3: gather the next unit while the current one computes (forward and backward).
   bool prefetch = true;
+  /// Level 3 on a Sequential: children (by name) whose unit, once gathered for its forward, stays
+  /// gathered until the end of the forward (without autograd) or of its own backward — for a
+  /// parameter a later child uses too, such as a token embedding tied to the output head (as
+  /// FSDP2's reshard_after_forward=False on that module). Costs the unit's full size meanwhile.
+  std::vector<std::string> keep_gathered;
   /// Broadcast buffers (batch-norm statistics) from rank 0 before each forward in training.
   bool broadcast_buffers = true;
 };
@@ -121,6 +127,7 @@ class ShardedCore {
   void set_sync(bool enabled);
   bool sync_enabled() const;
   double clip_grad_norm(double max_norm, double norm_type);
+  std::vector<torch::Tensor> shard_masks(const std::function<bool(const std::string&, c10::IntArrayRef)>& select) const;
   ShardedStats stats() const;
   std::vector<std::vector<std::string>> unit_layout() const;
   ShardedCheckpointable& checkpointable();
@@ -199,6 +206,12 @@ class ShardedDataParallelImpl : public torch::nn::Module, public ShardedCheckpoi
   /// Scales the shards' gradients so that the norm over all ranks' shards is at most max_norm;
   /// returns that total norm (collective: every rank calls it).
   double clip_grad_norm(double max_norm, double norm_type = 2.0) { return core_->clip_grad_norm(max_norm, norm_type); }
+  /// For each shard (in parameters() order), a 0/1 tensor of its size: 1 where the element belongs
+  /// to a parameter that `select(name, sizes)` picks. Per-parameter choices on flat shards, e.g.
+  /// weight decay on matrices only: shard.addcmul_(shard, mask, -lr * wd) before the step.
+  std::vector<torch::Tensor> shard_masks(const std::function<bool(const std::string&, c10::IntArrayRef)>& select) const {
+    return core_->shard_masks(select);
+  }
   ShardedStats stats() const { return core_->stats(); }
   /// For each unit, the names of its parameters.
   std::vector<std::vector<std::string>> unit_layout() const { return core_->unit_layout(); }

@@ -7,12 +7,15 @@
 // Optimizer state: 1.13 keys torch::optim::Optimizer::state() by the parameter's TensorImpl address
 // printed as text; later versions key it by the address itself. optimizer_state_key() follows the
 // map's key type, so the checkpointer works with both.
+// For programs: COHORT_HAS_SDPA (at::scaled_dot_product_attention exists from 2.0 on) and
+// AutocastGuard (C++ autocast, whose functions became per-device in 2.4; src/runtime/torch_compat.cpp).
 #pragma once
 
 #include <sstream>
 #include <string>
 #include <type_traits>
 
+#include <c10/core/ScalarType.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <torch/version.h>
@@ -22,6 +25,8 @@
 #else
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #endif
+
+#define COHORT_HAS_SDPA (TORCH_VERSION_MAJOR >= 2)
 
 namespace cohort {
 
@@ -53,5 +58,21 @@ typename StateMap::key_type optimizer_state_key(const TensorT& param) {
     return param.unsafeGetTensorImpl();
   }
 }
+
+/// Mixed precision on CUDA for the scope, as Python's `with torch.autocast("cuda", dtype)`: ops on
+/// autocast's lists run in `dtype` (bf16 or fp16); the cast cache is cleared when the outermost
+/// guard ends. `enabled = false` makes it a no-op, for code that runs on CPU and GPU alike.
+class AutocastGuard {
+ public:
+  explicit AutocastGuard(c10::ScalarType dtype, bool enabled = true);
+  ~AutocastGuard();
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+  bool enabled_;
+  bool was_enabled_ = false;
+  c10::ScalarType was_dtype_ = c10::ScalarType::Float;
+};
 
 }  // namespace cohort

@@ -92,6 +92,7 @@ struct SaveJob {
   std::string optimizer_json, sampler_json;
   ckpt::RankRng rng;
   std::map<std::string, std::string> metadata;
+  std::map<std::string, std::string> user;  // Stateful objects' state_dict() (rank 0 writes it)
   std::chrono::steady_clock::time_point started;  // the save began (the monitor's event reports its duration)
 };
 
@@ -113,6 +114,10 @@ class Checkpointer::Impl {
     job.index = saves_started_++;
     job.started = std::chrono::steady_clock::now();
     job.metadata = owner_.metadata_;
+    for (const auto& [name, object] : state.user) {
+      COHORT_CHECK(object != nullptr, "TrainingState::user[\"" << name << "\"] is null");
+      job.user[name] = object->state_dict();
+    }
     if (state.sampler) {
       const SamplerState s = state.sampler->state();
       job.epoch = s.epoch;
@@ -289,6 +294,7 @@ class Checkpointer::Impl {
     m.sampler_json = job.sampler_json;
     m.optimizer_json = job.optimizer_json;
     m.metadata = job.metadata;
+    m.user = job.user;
     m.sharding_json = job.sharding_json;
     for (const auto& part : collect_parts(job)) {
       if (part.contains("error"))
@@ -535,7 +541,7 @@ std::optional<RestoreInfo> Checkpointer::restore_latest(const TrainingState& sta
   // holds a newer one loads the agreed one. The step only goes down, so this ends.
   struct Loaded {
     const ckpt::ListedCheckpoint* listed = nullptr;
-    std::vector<std::unique_ptr<ckpt::LoadedFile>> files;
+    std::vector<std::unique_ptr<ckpt::TensorFileReader>> files;
   };
   Loaded loaded;
   std::set<std::string> warned;
@@ -552,7 +558,7 @@ std::optional<RestoreInfo> Checkpointer::restore_latest(const TrainingState& sta
         Loaded attempt{&c, {}};
         for (const auto& f : c.manifest->files)
           if (f.role == "model" || f.role == "optimizer")  // replicated: every rank reads them
-            attempt.files.push_back(std::make_unique<ckpt::LoadedFile>(c.path, f, rank));
+            attempt.files.push_back(std::make_unique<ckpt::TensorFileReader>(c.path, f, rank));  // verified here
         if (!c.manifest->sharding_json.empty()) ckpt::ShardFiles::check_present(c.path, *c.manifest, rank);
         loaded = std::move(attempt);
         break;
@@ -571,6 +577,10 @@ std::optional<RestoreInfo> Checkpointer::restore_latest(const TrainingState& sta
   if (!loaded.listed) return std::nullopt;
 
   const ckpt::Manifest& m = *loaded.listed->manifest;
+  for (const auto& [name, object] : state.user)  // before anything is applied
+    if (!m.user.count(name))
+      throw CheckpointError(rank, loaded.listed->path + " holds no state for \"" + name +
+                                      "\" (saved by a program without it): restore without it, or start afresh");
   auto* sharded = dynamic_cast<ShardedCheckpointable*>(state.module);
   if (sharded && m.sharding_json.empty())
     throw CheckpointError(rank, loaded.listed->path + " holds unsharded state; a ShardedDataParallel model restores "
@@ -583,26 +593,35 @@ std::optional<RestoreInfo> Checkpointer::restore_latest(const TrainingState& sta
     for (const auto& f : loaded.files) {
       if (f->name() != "model.safetensors") continue;
       for (auto& [name, tensor] : sharded->replicated_tensors()) {
-        const auto it = f->tensors().find(name);
-        if (it == f->tensors().end() || it->second.sizes() != tensor.sizes())
+        const ckpt::TensorEntry* e = f->find(name);
+        if (!e || c10::IntArrayRef(e->shape) != tensor.sizes())
           throw CheckpointError(rank, "model.safetensors has no tensor \"" + name + "\" of this shape: the checkpoint is of another model");
-        tensor.copy_(it->second);
+        f->read_into(*e, tensor);
       }
     }
     sharded->load_shard_state(ckpt::ShardFiles(loaded.listed->path, m, rank), state.optimizer);
   }
   for (const auto& f : loaded.files) {
-    if (!sharded && f->name() == "model.safetensors")
-      ckpt::load_module_tensors(*state.module, f->tensors(), f->name(), rank);
+    if (!sharded && f->name() == "model.safetensors") ckpt::load_module_tensors(*state.module, *f, rank);
   }
   if (state.optimizer && !sharded) {
     if (m.optimizer_json.empty())
       throw CheckpointError(rank, loaded.listed->path + " holds no optimizer state, but an optimizer was given");
     for (const auto& f : loaded.files)
       if (f->name() == "optimizer.safetensors")
-        ckpt::load_optimizer_state(*state.optimizer, *state.module, f->tensors(), m.optimizer_json, rank);
+        ckpt::load_optimizer_state(*state.optimizer, *state.module, *f, m.optimizer_json, rank);
   }
   if (state.sampler && !m.sampler_json.empty()) state.sampler->load_state(SamplerState::from_json(m.sampler_json));
+  for (const auto& [name, object] : state.user) {
+    try {
+      object->load_state_dict(m.user.at(name));
+    } catch (const std::exception& e) {
+      throw CheckpointError(rank, loaded.listed->path + ": the state of \"" + name + "\" does not load: " + e.what());
+    }
+  }
+  for (const auto& [name, text] : m.user)
+    if (!state.user.count(name))
+      detail::log_warn(loaded.listed->path + " holds state for \"" + name + "\", which this restore was not given");
   for (const auto& r : m.rng)
     if (r.rank == rank) ckpt::restore_rng(r, rank);
   if (rank >= m.world_size)

@@ -8,9 +8,11 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
+#include "checkpoint/direct_writer.h"
 #include "cohort/error.h"
 
 namespace cohort::ckpt {
@@ -20,6 +22,16 @@ std::atomic<uint64_t> g_tmp_counter{0};
 constexpr size_t kHashChunk = 4u << 20;  // hash and write in slices that stay in cache
 
 std::string describe(int err) { return std::strerror(err); }
+
+// O_DIRECT unless COHORT_CKPT_DIRECT_IO=0 (direct_writer.h says why; the switch is for measuring
+// and for file systems that take O_DIRECT but serve it badly).
+bool direct_io_wanted() {
+  static const bool wanted = [] {
+    const char* v = std::getenv("COHORT_CKPT_DIRECT_IO");
+    return !(v && std::string(v) == "0");
+  }();
+  return wanted;
+}
 
 }  // namespace
 
@@ -45,10 +57,20 @@ Hasher::~Hasher() = default;
 void Hasher::update(const void* data, size_t bytes) { XXH3_64bits_update(state_->s, data, bytes); }
 uint64_t Hasher::digest() const { return XXH3_64bits_digest(state_->s); }
 
-AtomicWriter::AtomicWriter(const std::string& dir, const std::string& name, int rank)
+AtomicWriter::AtomicWriter(const std::string& dir, const std::string& name, int rank, bool allow_direct)
     : dir_(dir), name_(name), rank_(rank) {
   tmp_path_ = dir + "/" + name + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(g_tmp_counter++);
-  fd_ = ::open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  constexpr int kFlags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
+  if (allow_direct && direct_io_wanted()) {
+    fd_ = ::open(tmp_path_.c_str(), kFlags | O_DIRECT, 0644);
+    if (fd_ >= 0) {
+      direct_ = std::make_unique<DirectWriter>(fd_);
+    } else if (errno == EINVAL) {  // a file system without O_DIRECT (ramfs, some FUSE): the page cache
+      fd_ = ::open(tmp_path_.c_str(), kFlags, 0644);
+    }
+  } else {
+    fd_ = ::open(tmp_path_.c_str(), kFlags, 0644);
+  }
   if (fd_ < 0) {
     const int err = errno;
     throw CheckpointError(rank_, "could not create " + tmp_path_ + ": " + describe(err));
@@ -56,6 +78,7 @@ AtomicWriter::AtomicWriter(const std::string& dir, const std::string& name, int 
 }
 
 AtomicWriter::~AtomicWriter() {
+  direct_.reset();  // its I/O thread stops before the file is closed
   if (fd_ >= 0) {
     ::close(fd_);
     ::unlink(tmp_path_.c_str());
@@ -63,6 +86,8 @@ AtomicWriter::~AtomicWriter() {
 }
 
 void AtomicWriter::fail(const std::string& what, int err) {
+  if (direct_) bytes_ = direct_->bytes_written();
+  direct_.reset();
   ::close(fd_);
   fd_ = -1;
   ::unlink(tmp_path_.c_str());
@@ -75,6 +100,13 @@ void AtomicWriter::write(const void* data, size_t bytes) {
   while (bytes > 0) {
     const size_t slice = bytes < kHashChunk ? bytes : kHashChunk;
     hasher_.update(p, slice);
+    if (direct_) {
+      if (const int err = direct_->write(p, slice)) fail("write", err);
+      bytes_ += slice;
+      p += slice;
+      bytes -= slice;
+      continue;
+    }
     size_t done = 0;
     while (done < slice) {
       const ssize_t n = ::write(fd_, p + done, slice - done);
@@ -92,7 +124,12 @@ void AtomicWriter::write(const void* data, size_t bytes) {
 }
 
 FileRecord AtomicWriter::finish() {
-  // fsync before rename: otherwise a crash can leave the final name pointing at unwritten blocks.
+  if (direct_) {
+    if (const int err = direct_->finish()) fail("write", err);
+    direct_.reset();
+  }
+  // fsync before rename: otherwise a crash can leave the final name pointing at unwritten blocks
+  // (with O_DIRECT too: the file's size and extents, and the device's write cache).
   if (::fsync(fd_) != 0) fail("fsync", errno);
   if (::close(fd_) != 0) {
     const int err = errno;
@@ -161,41 +198,6 @@ FileRecord hash_file(const std::string& dir, const std::string& name, int rank) 
   } sink;
   const uint64_t bytes = stream_file(dir + "/" + name, rank, sink);
   return {name, bytes, sink.hasher.digest()};
-}
-
-FileContents read_file(const std::string& path, int rank) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
-    const int err = errno;
-    throw CheckpointError(rank, "could not open " + path + ": " + describe(err));
-  }
-  // One buffer of the size stat reports, plus a chunk of slack so that a file that grew meanwhile
-  // is noticed (its size then differs from the manifest's) instead of overflowing.
-  FileContents out;
-  const uint64_t capacity = static_cast<uint64_t>(st.st_size) + kHashChunk;
-  out.data.reset(new char[capacity]);
-  struct Sink {
-    char* base;
-    uint64_t capacity;
-    uint64_t used = 0;
-    Hasher hasher;
-    std::string path;
-    char* buffer(size_t want) {
-      if (used + want > capacity) throw std::length_error(path + " grew while being read");
-      return base + used;
-    }
-    void consumed(const char* p, size_t n) {
-      hasher.update(p, n);
-      used += n;
-    }
-  } sink{out.data.get(), capacity, 0, {}, path};
-  try {
-    out.bytes = stream_file(path, rank, sink);
-  } catch (const std::length_error& e) {
-    throw CheckpointError(rank, e.what());
-  }
-  out.xxh3 = sink.hasher.digest();
-  return out;
 }
 
 bool is_temporary_name(const std::string& name) { return name.find(".tmp-") != std::string::npos; }

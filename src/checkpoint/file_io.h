@@ -1,7 +1,7 @@
 // Durable, atomic file writes for checkpoints, and the content hash that vouches for them.
 //
-// A file is written under a temporary name in its final directory, hashed as it goes, fsynced,
-// and renamed over its final name; the directory is fsynced by the caller once all its renames are
+// A file is written under a temporary name in its final directory, hashed as it goes (with
+// O_DIRECT where the file system takes it: direct_writer.h), fsynced, and renamed over its final name; the directory is fsynced by the caller once all its renames are
 // done (one fsync for many files). Until the rename nothing under the final name exists, so a
 // crash leaves at most a `*.tmp-*` file that listing and retention ignore and clean up.
 // The hash is XXH3-64 from libxxhash (about 30 GB/s per core, far faster than any disk here).
@@ -14,6 +14,8 @@
 #include <string>
 
 namespace cohort::ckpt {
+
+class DirectWriter;
 
 /// A committed file as the manifest lists it.
 struct FileRecord {
@@ -46,7 +48,10 @@ class Hasher {
 /// also when the writer is destroyed before finish().
 class AtomicWriter {
  public:
-  AtomicWriter(const std::string& dir, const std::string& name, int rank);
+  /// `allow_direct`: O_DIRECT where the file system takes it (and COHORT_CKPT_DIRECT_IO is not 0).
+  AtomicWriter(const std::string& dir, const std::string& name, int rank, bool allow_direct = true);
+  /// Whether the bytes go to the device with O_DIRECT (else through the page cache).
+  bool direct() const { return direct_ != nullptr; }
   ~AtomicWriter();
   AtomicWriter(const AtomicWriter&) = delete;
   AtomicWriter& operator=(const AtomicWriter&) = delete;
@@ -61,6 +66,7 @@ class AtomicWriter {
   int fd_ = -1;
   uint64_t bytes_ = 0;
   Hasher hasher_;
+  std::unique_ptr<DirectWriter> direct_;  // null: through the page cache
 };
 
 /// Makes the renames and removals in `dir` durable. Throws CheckpointError.
@@ -68,14 +74,6 @@ void fsync_dir(const std::string& dir, int rank);
 
 /// Size and XXH3-64 of a file as it is on disk. Throws CheckpointError if it cannot be read.
 FileRecord hash_file(const std::string& dir, const std::string& name, int rank);
-
-/// The whole file in memory, with its hash computed on the way. Throws CheckpointError.
-struct FileContents {
-  std::unique_ptr<char[]> data;
-  uint64_t bytes = 0;
-  uint64_t xxh3 = 0;
-};
-FileContents read_file(const std::string& path, int rank);
 
 /// Temporary names this module creates: `<name>.tmp-<pid>-<n>`.
 bool is_temporary_name(const std::string& name);

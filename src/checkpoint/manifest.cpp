@@ -23,6 +23,7 @@ std::string Manifest::to_json() const {
   auto& rs = j["rng"] = nlohmann::ordered_json::array();
   for (const auto& r : rng) rs.push_back({{"rank", r.rank}, {"cpu", r.cpu}, {"cuda", r.cuda}});
   j["metadata"] = metadata;
+  if (!user.empty()) j["user"] = user;
   if (!sharding_json.empty()) j["sharding"] = nlohmann::ordered_json::parse(sharding_json);  // sharded only
   return j.dump(1) + "\n";
 }
@@ -67,6 +68,7 @@ Manifest Manifest::parse(const std::string& text) {
       m.rng.push_back(std::move(rr));
     }
     m.metadata = j.at("metadata").get<std::map<std::string, std::string>>();
+    if (j.contains("user")) m.user = j.at("user").get<std::map<std::string, std::string>>();
     if (j.contains("sharding") && !j.at("sharding").is_null()) m.sharding_json = j.at("sharding").dump();
   } catch (const nlohmann::json::exception& e) {
     throw std::runtime_error(std::string("is missing a field or has a wrong type (") + e.what() + ")");

@@ -6,6 +6,7 @@
 //    "created_unix_ms": ..., "files": [{"name": "model.safetensors", "bytes": N, "xxh3": "<16 hex>",
 //    "rank": 0, "role": "model"}, ...], "sampler": {...}, "optimizer": {...},
 //    "rng": [{"rank": 0, "cpu": "<hex>"}, ...], "metadata": {"<key>": "<value>"},
+//    "user": {"<name>": "<Stateful::state_dict() text>"},
 //    "sharding": {...}}   (sharded state only: shard files have role "shard", one per rank)
 //
 // docs/checkpointing.md describes every field. Internal header, no torch.
@@ -46,6 +47,7 @@ struct Manifest {
   std::string optimizer_json;  // optimizer type and hyper-parameters per group, or empty
   std::vector<RankRng> rng;
   std::map<std::string, std::string> metadata;
+  std::map<std::string, std::string> user;  // cohort::Stateful objects' state by name (absent: none)
   /// Sharded state only: which parameter sits where in each unit's flat buffer ("sharding" field,
   /// layout in include/cohort/sharded_state.h); empty for replicated state.
   std::string sharding_json;

@@ -27,17 +27,23 @@ void ShardFiles::check_present(const std::string& dir, const Manifest& manifest,
 }
 
 at::Tensor ShardFiles::tensor(int saved_rank, const std::string& name) const {
+  for (const auto& [key, t] : recent_)
+    if (key.first == saved_rank && key.second == name) return t;
   auto it = loaded_.find(saved_rank);
   if (it == loaded_.end()) {
     const ManifestFile* file = nullptr;
     for (const auto& f : manifest_.files)
       if (f.role == "shard" && f.rank == saved_rank) file = &f;
     if (!file) throw CheckpointError(rank_, dir_ + " has no shard file of rank " + std::to_string(saved_rank));
-    it = loaded_.emplace(saved_rank, std::make_unique<LoadedFile>(dir_, *file, rank_)).first;
+    it = loaded_.emplace(saved_rank, std::make_unique<TensorFileReader>(dir_, *file, rank_)).first;
   }
-  const auto& tensors = it->second->tensors();
-  const auto t = tensors.find(name);
-  return t == tensors.end() ? at::Tensor() : t->second;
+  const TensorEntry* e = it->second->find(name);
+  if (!e) return at::Tensor();
+  constexpr size_t kRecent = 4;
+  if (recent_.size() == kRecent) recent_.pop_front();
+  recent_.emplace_back(std::make_pair(saved_rank, name), it->second->read(*e));
+  return recent_.back().second;
 }
+
 
 }  // namespace cohort::ckpt

@@ -1,8 +1,9 @@
-// The shard files of one committed checkpoint, as a ShardSource: a restoring rank reads (and
-// verifies against the manifest) only the saved ranks' files its new slices overlap, when first
-// asked. Internal.
+// The shard files of one committed checkpoint, as a ShardSource: a restoring rank verifies (against
+// the manifest) only the saved ranks' files its new slices overlap, when first asked, and reads
+// each tensor it is asked for. Internal.
 #pragma once
 
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -28,7 +29,9 @@ class ShardFiles : public ShardSource {
   std::string dir_;
   const Manifest& manifest_;
   int rank_;
-  mutable std::map<int, std::unique_ptr<LoadedFile>> loaded_;
+  mutable std::map<int, std::unique_ptr<TensorFileReader>> loaded_;
+  // The last tensors read: resharding asks for the same saved slice once per parameter it holds.
+  mutable std::deque<std::pair<std::pair<int, std::string>, at::Tensor>> recent_;
 };
 
 }  // namespace cohort::ckpt

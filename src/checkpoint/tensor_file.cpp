@@ -1,6 +1,14 @@
 #include "checkpoint/tensor_file.h"
 
-#include <ATen/Functions.h>  // from_blob
+#include <ATen/Functions.h>  // empty
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <memory>
 
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/manifest.h"
@@ -49,18 +57,166 @@ FileRecord write_tensor_file(const std::string& dir, const std::string& name, co
   return out.finish();
 }
 
-LoadedFile::LoadedFile(const std::string& dir, const ManifestFile& expected, int rank) : name_(expected.name) {
-  contents_ = read_file(dir + "/" + expected.name, rank);
-  const std::string problem = check_file_contents(expected, contents_.data.get(), contents_.bytes, contents_.xxh3);
-  if (!problem.empty()) throw CheckpointError(rank, problem);
-  const std::string first(contents_.data.get(), std::min<uint64_t>(contents_.bytes, 8));
-  const SafetensorsHeader header =
-      parse_header(std::string(contents_.data.get(), needed_prefix(first)), contents_.bytes);
-  char* data = contents_.data.get() + header.data_start;
-  for (const auto& e : header.tensors) {
-    const c10::ScalarType type = torch_dtype(e.dtype);
-    tensors_[e.name] = at::from_blob(data + e.begin, e.shape, at::TensorOptions().dtype(type));
+namespace {
+
+constexpr size_t kVerifyChunk = 4u << 20;
+
+// XXH3-64 of each tensor's bytes as the file streams past: tensors lie back to back in data order.
+class PerTensorHashes {
+ public:
+  PerTensorHashes(const SafetensorsHeader& h) : header_(h), out_(h.tensors.size()) {}
+  void feed(const char* p, uint64_t off, uint64_t n) {  // bytes [off, off + n) of the file
+    while (k_ < header_.tensors.size()) {
+      const uint64_t b = header_.data_start + header_.tensors[k_].begin, e = header_.data_start + header_.tensors[k_].end;
+      if (off >= e) {  // the tensor is complete (or empty)
+        out_[k_++] = hasher_->digest();
+        hasher_ = std::make_unique<Hasher>();
+        continue;
+      }
+      if (n == 0) return;
+      const uint64_t skip = off < b ? std::min(n, b - off) : 0;
+      const uint64_t take = std::min(n - skip, e - (off + skip));
+      hasher_->update(p + skip, take);
+      p += skip + take;
+      off += skip + take;
+      n -= skip + take;
+    }
   }
+  std::vector<uint64_t> finish(uint64_t file_bytes) {
+    feed(nullptr, file_bytes, 0);
+    return out_;
+  }
+
+ private:
+  const SafetensorsHeader& header_;
+  std::vector<uint64_t> out_;
+  size_t k_ = 0;
+  std::unique_ptr<Hasher> hasher_ = std::make_unique<Hasher>();
+};
+
+}  // namespace
+
+TensorFileReader::TensorFileReader(const std::string& dir, const ManifestFile& expected, int rank)
+    : name_(expected.name), path_(dir + "/" + expected.name), rank_(rank) {
+  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd_ < 0) {
+    const int err = errno;
+    throw CheckpointError(rank, "could not open " + path_ + ": " + std::strerror(err));
+  }
+  try {
+    verify(expected);
+  } catch (...) {
+    ::close(fd_);
+    fd_ = -1;
+    throw;
+  }
+}
+
+// One pass over the file: its size and hash (checked against the manifest), the header's bytes,
+// and each tensor's own hash, which every later read is checked against.
+void TensorFileReader::verify(const ManifestFile& expected) {
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) throw CheckpointError(rank_, path_ + " is not a regular file");
+  ::posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL);
+  std::unique_ptr<char[]> buf(new char[kVerifyChunk]);
+  Hasher hasher;
+  std::string prefix;
+  std::unique_ptr<PerTensorHashes> per_tensor;
+  uint64_t want = 8, total = 0;
+  for (;;) {
+    const ssize_t n = ::read(fd_, buf.get(), kVerifyChunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      throw CheckpointError(rank_, "could not read " + path_ + ": " + std::strerror(err));
+    }
+    if (n == 0) break;
+    hasher.update(buf.get(), static_cast<size_t>(n));
+    for (size_t at = 0; prefix.size() < want && at < static_cast<size_t>(n);) {
+      const size_t take = std::min<size_t>(want - prefix.size(), static_cast<size_t>(n) - at);
+      prefix.append(buf.get() + at, take);
+      at += take;
+      if (prefix.size() == 8 && want == 8) {
+        try {
+          want = std::max<uint64_t>(8, needed_prefix(prefix));
+        } catch (const std::exception&) {
+          want = 8;  // check_file_contents names the problem
+        }
+      }
+      if (prefix.size() == want && want > 8 && !per_tensor) {
+        try {
+          header_ = parse_header(prefix, static_cast<uint64_t>(st.st_size));
+          per_tensor = std::make_unique<PerTensorHashes>(header_);
+        } catch (const std::exception&) {
+          want = 8;  // check_file_contents names the problem
+        }
+      }
+    }
+    if (per_tensor) per_tensor->feed(buf.get(), total, static_cast<uint64_t>(n));
+    total += static_cast<uint64_t>(n);
+  }
+  // check_file_contents reads the header from the first min(8 + N, size) bytes: `prefix` holds them.
+  const std::string problem = check_file_contents(expected, prefix.data(), total, hasher.digest());
+  if (!problem.empty()) throw CheckpointError(rank_, problem);
+  if (!per_tensor || total != static_cast<uint64_t>(st.st_size))
+    throw CheckpointError(rank_, path_ + " changed while it was being verified");
+  tensor_xxh3_ = per_tensor->finish(total);
+}
+
+TensorFileReader::~TensorFileReader() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+const TensorEntry* TensorFileReader::find(const std::string& tensor) const {
+  for (const auto& e : header_.tensors)
+    if (e.name == tensor) return &e;
+  return nullptr;
+}
+
+void TensorFileReader::pread_all(char* out, uint64_t bytes, uint64_t offset) const {
+  while (bytes > 0) {
+    const ssize_t n = ::pread(fd_, out, bytes, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : 0;
+      throw CheckpointError(rank_, "could not read " + path_ + (n < 0 ? std::string(": ") + std::strerror(err)
+                                                                      : std::string(": it was truncated while being restored")));
+    }
+    out += n;
+    bytes -= static_cast<uint64_t>(n);
+    offset += static_cast<uint64_t>(n);
+  }
+}
+
+void TensorFileReader::read_into(const TensorEntry& e, const at::Tensor& dst) const {
+  const c10::ScalarType type = torch_dtype(e.dtype);
+  int64_t numel = 1;
+  for (int64_t d : e.shape) numel *= d;
+  COHORT_CHECK(dst.numel() == numel, "reading " << e.name << " of " << numel << " elements into " << dst.numel());
+  if (dst.device().is_cpu() && dst.is_contiguous() && dst.scalar_type() == type) {
+    read_verified(e, static_cast<char*>(dst.data_ptr()));
+  } else {
+    dst.copy_(read(e).view(dst.sizes()));
+  }
+}
+
+at::Tensor TensorFileReader::read(const TensorEntry& e) const {
+  at::Tensor t = at::empty(e.shape, at::TensorOptions().dtype(torch_dtype(e.dtype)));
+  read_verified(e, static_cast<char*>(t.data_ptr()));
+  return t;
+}
+
+void TensorFileReader::read_verified(const TensorEntry& e, char* out) const {
+  const uint64_t bytes = e.end - e.begin;
+  pread_all(out, bytes, header_.data_start + e.begin);
+  Hasher h;
+  h.update(out, bytes);
+  const size_t k = static_cast<size_t>(&e - header_.tensors.data());
+  COHORT_CHECK(k < tensor_xxh3_.size(), "tensor entry of another file");
+  if (h.digest() != tensor_xxh3_[k])
+    throw CheckpointError(rank_, path_ + ": tensor \"" + e.name + "\" changed on disk between its verification and "
+                                 "its restore (another process wrote the file); the restore is abandoned and the "
+                                 "state may be partly restored: start again");
 }
 
 }  // namespace cohort::ckpt

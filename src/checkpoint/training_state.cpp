@@ -16,7 +16,8 @@ namespace cohort::ckpt {
 namespace {
 
 using torch::optim::OptimizerParamState;
-using Fields = std::map<std::string, at::Tensor>;  // field name -> saved tensor of one parameter
+// field name -> saved tensor of one parameter; tensors of their own, which the state keeps
+using Fields = std::map<std::string, at::Tensor>;
 
 void put(NamedTensors& out, const std::string& prefix, const char* field, const at::Tensor& t) {
   if (t.defined()) out.emplace_back(prefix + "/" + field, t);
@@ -26,7 +27,7 @@ void put_step(NamedTensors& out, const std::string& prefix, int64_t step) {
 }
 at::Tensor take(const Fields& f, const char* field, const at::Device& device) {
   const auto it = f.find(field);
-  return it == f.end() ? at::Tensor() : it->second.to(device, /*non_blocking=*/false, /*copy=*/true);
+  return it == f.end() ? at::Tensor() : it->second.to(device);  // copied only to another device
 }
 int64_t take_step(const Fields& f) {
   const auto it = f.find("step");
@@ -144,26 +145,27 @@ NamedTensors module_tensors(const torch::nn::Module& module) {
   return out;
 }
 
-void load_module_tensors(torch::nn::Module& module, const std::map<std::string, at::Tensor>& saved,
-                         const std::string& file, int rank) {
+void load_module_tensors(torch::nn::Module& module, const TensorFileReader& file, int rank) {
   torch::NoGradGuard no_grad;
+  std::vector<std::pair<const TensorEntry*, at::Tensor>> reads;
   std::set<std::string> used;
   for (auto& [name, tensor] : module_tensors(module)) {
-    const auto it = saved.find(name);
-    if (it == saved.end())
-      throw CheckpointError(rank, file + " has no tensor \"" + name + "\": the checkpoint is of another model");
-    if (it->second.sizes() != tensor.sizes() || it->second.scalar_type() != tensor.scalar_type()) {
+    const TensorEntry* e = file.find(name);
+    if (!e)
+      throw CheckpointError(rank, file.name() + " has no tensor \"" + name + "\": the checkpoint is of another model");
+    if (c10::IntArrayRef(e->shape) != tensor.sizes() || torch_dtype(e->dtype) != tensor.scalar_type()) {
       std::ostringstream os;
-      os << file << ": tensor \"" << name << "\" is " << it->second.scalar_type() << it->second.sizes()
+      os << file.name() << ": tensor \"" << name << "\" is " << torch_dtype(e->dtype) << c10::IntArrayRef(e->shape)
          << " in the checkpoint but " << tensor.scalar_type() << tensor.sizes() << " in the model";
       throw CheckpointError(rank, os.str());
     }
-    tensor.copy_(it->second);
+    reads.emplace_back(e, tensor);
     used.insert(name);
   }
-  for (const auto& [name, t] : saved)
-    if (!used.count(name))
-      throw CheckpointError(rank, file + " has a tensor \"" + name + "\" the model lacks: the checkpoint is of another model");
+  for (const auto& e : file.entries())
+    if (!used.count(e.name))
+      throw CheckpointError(rank, file.name() + " has a tensor \"" + e.name + "\" the model lacks: the checkpoint is of another model");
+  for (auto& [e, tensor] : reads) file.read_into(*e, tensor);
 }
 
 NamedTensors optimizer_tensors(const torch::optim::Optimizer& optimizer, const torch::nn::Module& module,
@@ -187,17 +189,16 @@ NamedTensors optimizer_tensors(const torch::optim::Optimizer& optimizer, const t
 }
 
 void load_optimizer_state(torch::optim::Optimizer& optimizer, const torch::nn::Module& module,
-                          const std::map<std::string, at::Tensor>& saved, const std::string& description,
-                          int rank) {
+                          const TensorFileReader& file, const std::string& description, int rank) {
   apply_optimizer_description(optimizer, description, rank);  // type, group count, learning rates
   const Codec& codec = codec_of(optimizer, rank);
   const auto groups = nlohmann::json::parse(description).at("groups");
   auto& param_groups = optimizer.param_groups();
   // Group the saved tensors by parameter: "name/field" -> fields[name][field].
   std::map<std::string, Fields> fields;
-  for (const auto& [key, t] : saved) {
-    const auto slash = key.rfind('/');
-    if (slash != std::string::npos) fields[key.substr(0, slash)][key.substr(slash + 1)] = t;
+  for (const auto& e : file.entries()) {
+    const auto slash = e.name.rfind('/');
+    if (slash != std::string::npos) fields[e.name.substr(0, slash)][e.name.substr(slash + 1)] = file.read(e);
   }
   const auto names = parameter_names(optimizer, module);
   auto& state = optimizer.state();

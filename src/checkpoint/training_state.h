@@ -26,28 +26,27 @@ namespace cohort::ckpt {
 /// Parameters then buffers, by their names in the module (not copied).
 NamedTensors module_tensors(const torch::nn::Module& module);
 
-/// Copies `saved` into the module's tensors. Throws CheckpointError naming a missing, extra or
-/// differently shaped tensor.
-void load_module_tensors(torch::nn::Module& module, const std::map<std::string, at::Tensor>& saved,
-                         const std::string& file, int rank);
+/// Reads the file's tensors into the module's. Throws CheckpointError naming a missing, extra or
+/// differently shaped tensor (before reading any).
+void load_module_tensors(torch::nn::Module& module, const TensorFileReader& file, int rank);
 
 /// The optimizer's state tensors (not copied) and its description for the manifest:
 /// {"type": "Adam", "groups": [{"lr": 0.001, "params": 4}]}.
 NamedTensors optimizer_tensors(const torch::optim::Optimizer& optimizer, const torch::nn::Module& module,
                                std::string* description, int rank);
 
-/// Replaces the optimizer's state with `saved` and sets the saved learning rates. Throws
+/// Replaces the optimizer's state with the file's and sets the saved learning rates. Throws
 /// CheckpointError when the checkpoint is of another optimizer type or parameter layout.
 void load_optimizer_state(torch::optim::Optimizer& optimizer, const torch::nn::Module& module,
-                          const std::map<std::string, at::Tensor>& saved, const std::string& description,
-                          int rank);
+                          const TensorFileReader& file, const std::string& description, int rank);
 
 // Sharded training (ShardedDataParallel): the optimizer holds flat shards, not the module's
 // parameters, so state is read and written per tensor, and the description stands alone.
 /// One tensor's optimizer state as "<prefix>/<field>" (not copied); nothing before its first step.
 void param_state_tensors(const torch::optim::Optimizer& optimizer, const at::Tensor& param, const std::string& prefix,
                          NamedTensors& out, int rank);
-/// Replaces one tensor's optimizer state with `fields` ("step", "exp_avg", ...).
+/// Replaces one tensor's optimizer state with `fields` ("step", "exp_avg", ...), which it keeps
+/// (not copied: tensors of their own, not views of something else).
 void set_param_state(torch::optim::Optimizer& optimizer, const at::Tensor& param,
                      const std::map<std::string, at::Tensor>& fields, int rank);
 /// {"type": "Adam", "groups": [{"lr": 0.001, "params": 4}]}

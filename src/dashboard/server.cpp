@@ -21,11 +21,15 @@
 #include <chrono>
 #include <cstring>
 #include <mutex>
+#include <algorithm>
 #include <thread>
 
 #include "cohort/error.h"
 #include "dashboard/assets.h"
 #include "monitor/hub.h"
+#include "sim/calibrate.h"
+#include "sim/page_assets.h"
+#include "sim/report.h"
 
 namespace cohort::dashboard {
 namespace {
@@ -142,6 +146,15 @@ std::string url_encode(const std::string& s) {
   return out;
 }
 
+/// A page with its __TOKEN_QUERY__ marks replaced by "?token=..." (nothing without a token), so
+/// that its own requests carry the token.
+std::string with_token_query(std::string_view page, const std::string& token) {
+  const std::string query = token.empty() ? "" : "?token=" + url_encode(token);
+  std::string out(page);
+  for (size_t at; (at = out.find("__TOKEN_QUERY__")) != std::string::npos;) out.replace(at, 15, query);
+  return out;
+}
+
 /// "host" of a Host header value ("127.0.0.1:8080", "[::1]:80", "localhost").
 std::string host_of(const std::string& header) {
   if (!header.empty() && header[0] == '[') {
@@ -169,7 +182,8 @@ std::string sse_record(const std::string& event, const std::string& data) {
 }  // namespace
 
 struct Server::Impl {
-  hub::Hub& hub;
+  hub::Hub* hub;  // null for a Site
+  Site site;
   ServerOptions options;
   httplib::Server http;
   std::thread thread;
@@ -178,13 +192,18 @@ struct Server::Impl {
   std::atomic<bool> listen_returned{false};
   int port = 0;
   bool loopback = true;
-  std::string index_html;  // the page, with the token carried on to its asset URLs
+  std::string index_html;      // the page, with the token carried on to its asset URLs
+  std::string sim_index_html;  // the simulator's page at /sim/ (hub mode; empty without em++)
 
-  Impl(hub::Hub& h, ServerOptions o) : hub(h), options(std::move(o)) {}
+  Impl(hub::Hub* h, Site st, ServerOptions o) : hub(h), site(std::move(st)), options(std::move(o)) {
+    if (!site.find_asset) site.find_asset = &find_asset;
+    if (site.content_security_policy.empty()) site.content_security_policy = kContentSecurityPolicy;
+  }
 
-  void set_common_headers(httplib::Response& res) const {
+  void set_common_headers(const httplib::Request& req, httplib::Response& res) const {
     res.set_header("X-Content-Type-Options", "nosniff");
-    res.set_header("Content-Security-Policy", kContentSecurityPolicy);
+    const bool sim = hub && req.path.rfind("/sim/", 0) == 0;
+    res.set_header("Content-Security-Policy", sim ? kSimContentSecurityPolicy : site.content_security_policy.c_str());
     res.set_header("Referrer-Policy", "no-referrer");  // the token may be in the URL
     res.set_header("X-Frame-Options", "DENY");
     res.set_header("Cross-Origin-Resource-Policy", "same-origin");
@@ -198,7 +217,7 @@ struct Server::Impl {
 
   // Every request passes here first: headers, token, method, Host. Handled = refused.
   httplib::Server::HandlerResponse check(const httplib::Request& req, httplib::Response& res) const {
-    set_common_headers(res);
+    set_common_headers(req, res);
     if (!options.token.empty()) {
       std::string given;
       const std::string auth = req.get_header_value("Authorization");
@@ -207,7 +226,7 @@ struct Server::Impl {
       if (!same_secret(given, options.token)) {
         res.set_header("WWW-Authenticate", "Bearer realm=\"cohort\"");
         res.set_header("Connection", "close");
-        plain(res, 401, "401 unauthorized: this dashboard needs its token (Authorization: Bearer TOKEN, or ?token=TOKEN)");
+        plain(res, 401, "401 unauthorized: this " + site.what + " needs its token (Authorization: Bearer TOKEN, or ?token=TOKEN)");
         return httplib::Server::HandlerResponse::Handled;
       }
     } else if (loopback) {
@@ -222,7 +241,7 @@ struct Server::Impl {
     if (req.method != "GET" && req.method != "HEAD") {
       res.set_header("Allow", "GET, HEAD");
       res.set_header("Connection", "close");
-      plain(res, 405, "405 method not allowed: the dashboard is read-only (GET and HEAD only)");
+      plain(res, 405, "405 method not allowed: the " + site.what + " is read-only (GET and HEAD only)");
       return httplib::Server::HandlerResponse::Handled;
     }
     return httplib::Server::HandlerResponse::Unhandled;
@@ -250,8 +269,8 @@ struct Server::Impl {
       res.set_header("Cache-Control", "no-store");
       res.set_content(index_html, "text/html; charset=utf-8");
     });
-    http.Get(R"(/assets/([A-Za-z0-9._-]+))", [](const httplib::Request& req, httplib::Response& res) {
-      const Asset* a = find_asset(req.matches[1].str());
+    http.Get(R"(/assets/([A-Za-z0-9._-]+))", [this](const httplib::Request& req, httplib::Response& res) {
+      const Asset* a = site.find_asset(req.matches[1].str());
       if (a == nullptr || std::string_view(a->name) == "index.html") {
         plain(res, 404, "404 not found");
         return;
@@ -259,16 +278,53 @@ struct Server::Impl {
       res.set_header("Cache-Control", "no-cache");
       res.set_content(reinterpret_cast<const char*>(a->data), a->size, a->content_type);
     });
+    if (!hub) {
+      http.Get("/params.json", [this](const httplib::Request&, httplib::Response& res) {
+        if (site.params_json.empty()) return plain(res, 404, "404 no parameters given to this server");
+        res.set_header("Cache-Control", "no-store");
+        res.set_content(site.params_json, "application/json; charset=utf-8");
+      });
+      return;
+    }
+    routes_sim();
     http.Get("/api/state", [this](const httplib::Request&, httplib::Response& res) {
       res.set_header("Cache-Control", "no-store");
-      res.set_content(hub.snapshot().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+      res.set_content(hub->snapshot().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
                       "application/json; charset=utf-8");
     });
     http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       res.set_header("Cache-Control", "no-store");
-      res.set_content(hub.prometheus_text(), "text/plain; version=0.0.4; charset=utf-8");
+      res.set_content(hub->prometheus_text(), "text/plain; version=0.0.4; charset=utf-8");
     });
     http.Get("/api/stream", [this](const httplib::Request& req, httplib::Response& res) { stream(req, res); });
+  }
+
+  // The simulator's page, starting from a calibration of this job's event log (docs/sim.md).
+  void routes_sim() {
+    auto index = [this](const httplib::Request&, httplib::Response& res) {
+      if (sim_index_html.empty()) return plain(res, 404, std::string("404 ") + sim_page::kMissing);
+      res.set_header("Cache-Control", "no-store");
+      res.set_content(sim_index_html, "text/html; charset=utf-8");
+    };
+    http.Get("/sim/", index);
+    http.Get("/sim/index.html", index);
+    http.Get(R"(/sim/assets/([A-Za-z0-9._-]+))", [](const httplib::Request& req, httplib::Response& res) {
+      const Asset* a = sim_page::find_asset(req.matches[1].str());
+      if (a == nullptr || std::string_view(a->name) == "index.html") return plain(res, 404, "404 not found");
+      res.set_header("Cache-Control", "no-cache");
+      res.set_content(reinterpret_cast<const char*>(a->data), a->size, a->content_type);
+    });
+    http.Get("/sim/params.json", [this](const httplib::Request&, httplib::Response& res) {
+      if (options.run_dir.empty()) return plain(res, 404, "404 this dashboard has no run directory to calibrate on");
+      try {
+        const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+        const sim::Calibration c = sim::calibrate({sim::summarize_run(options.run_dir)}, cores);
+        res.set_header("Cache-Control", "no-store");
+        res.set_content(sim::params_json(c.params).dump(), "application/json; charset=utf-8");
+      } catch (const std::exception& e) {
+        plain(res, 404, std::string("404 no calibration of this job yet: ") + e.what());
+      }
+    });
   }
 
   // Server-sent events: "retry:", then every hub message, a comment every 15 s when idle; ends
@@ -293,7 +349,7 @@ struct Server::Impl {
       Clock::time_point last_write = Clock::now();
     };
     auto live = std::make_shared<Live>();
-    live->sub = hub.subscribe();
+    live->sub = hub->subscribe();
     res.set_chunked_content_provider(
         "text/event-stream",
         [this, live](size_t, httplib::DataSink& sink) {
@@ -344,7 +400,12 @@ struct Server::Impl {
   }
 };
 
-Server::Server(hub::Hub& hub, ServerOptions options) : impl_(std::make_unique<Impl>(hub, std::move(options))) {
+Server::Server(hub::Hub& hub, ServerOptions options) : Server(&hub, Site{}, std::move(options)) {}
+
+Server::Server(Site site, ServerOptions options) : Server(nullptr, std::move(site), std::move(options)) {}
+
+Server::Server(hub::Hub* hub, Site site, ServerOptions options)
+    : impl_(std::make_unique<Impl>(hub, std::move(site), std::move(options))) {
   Impl& s = *impl_;
   std::string& host = s.options.host;
   if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
@@ -356,7 +417,7 @@ Server::Server(hub::Hub& hub, ServerOptions options) : impl_(std::make_unique<Im
   if (!s.loopback && s.options.token.empty()) {
     throw config_error("listening on " + host +
                        " (not a loopback address) needs a token that every request must carry: give one "
-                       "(cohort run --dashboard-token, cohort dashboard --token, or COHORT_DASHBOARD_TOKEN), or "
+                       "(cohort run --dashboard-token, cohort dashboard --token, cohort sim serve --token, or COHORT_DASHBOARD_TOKEN), or "
                        "keep the default host 127.0.0.1");
   }
 
@@ -369,12 +430,11 @@ Server::Server(hub::Hub& hub, ServerOptions options) : impl_(std::make_unique<Im
     sigaction(SIGPIPE, &ign, nullptr);
   }
 
-  const Asset* page = find_asset("index.html");
+  const Asset* page = s.site.find_asset("index.html");
   if (page == nullptr) throw config_error("the page is missing from this build (index.html not embedded)");
-  s.index_html = std::string(page->view());
-  const std::string token_query = s.options.token.empty() ? "" : "?token=" + url_encode(s.options.token);
-  for (size_t at; (at = s.index_html.find("__TOKEN_QUERY__")) != std::string::npos;) {
-    s.index_html.replace(at, 15, token_query);
+  s.index_html = with_token_query(page->view(), s.options.token);
+  if (const Asset* sim = sim_page::find_asset("index.html"); sim && hub) {
+    s.sim_index_html = with_token_query(sim->view(), s.options.token);
   }
 
   s.http.new_task_queue = [] { return new httplib::ThreadPool(kPoolThreads); };

@@ -3,11 +3,13 @@
 // One cpp-httplib server on its own threads, reading a Hub (monitor/hub.h); it never changes the
 // job (GET and HEAD only). Binds 127.0.0.1 by default; any other address needs a token, which
 // every request must then carry (Authorization: Bearer, or ?token= for the page's own requests).
-// Routes and formats: docs/monitoring.md.
+// Routes and formats: docs/monitoring.md. The simulator's page (docs/sim.md) is served by the same
+// guarded server as a Site.
 #pragma once
 
 #include <memory>
 #include <string>
+#include <string_view>
 
 namespace cohort::hub {
 class Hub;
@@ -15,10 +17,30 @@ class Hub;
 
 namespace cohort::dashboard {
 
+struct Asset;
+
+/// Another site than the dashboard on the same guarded server (`cohort sim serve`): its embedded
+/// files (index.html first), its content security policy, one JSON document at /params.json.
+struct Site {
+  const Asset* (*find_asset)(std::string_view name) = nullptr;
+  std::string content_security_policy;
+  std::string params_json;  // served at /params.json (404 when empty)
+  std::string what = "dashboard";  // in messages ("the simulator")
+};
+
+/// The simulator's page compiles its WebAssembly from the script that carries it
+/// ('wasm-unsafe-eval'), which Emscripten's loader reads back through fetch() of its own data: URL.
+inline constexpr const char* kSimContentSecurityPolicy =
+    "default-src 'none'; script-src 'self' 'wasm-unsafe-eval'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 0;       // 0: the kernel picks a free port
   std::string token;  // required (non-empty) when host is not a loopback address
+  /// The job's run directory: the dashboard's /sim/ (the simulator's page) starts from a
+  /// calibration of its event log (/sim/params.json). Empty: the page starts from its presets.
+  std::string run_dir;
 };
 
 class Server {
@@ -26,6 +48,8 @@ class Server {
   /// Binds and starts serving; throws cohort::ConfigError saying why it cannot (a non-loopback
   /// host without a token, the port in use, a bad address).
   Server(hub::Hub& hub, ServerOptions options);
+  /// A site without a hub (no /api, no /metrics): its files and /params.json only.
+  Server(Site site, ServerOptions options);
   /// Stops serving (closes live streams) and joins the threads.
   ~Server();
   Server(const Server&) = delete;
@@ -36,6 +60,7 @@ class Server {
   std::string url() const;
 
  private:
+  Server(hub::Hub* hub, Site site, ServerOptions options);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

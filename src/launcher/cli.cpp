@@ -80,10 +80,12 @@ std::vector<std::string> split_at_program(const std::vector<std::string>& args, 
                                           std::vector<std::string>& command) {
   std::vector<std::string> before;
   size_t i = 0;
-  // Up to and including the subcommand name.
+  // Up to and including the subcommand name: the first word that is not an option. Another
+  // subcommand (`cohort sim run ...`) keeps all its arguments.
   for (; i < args.size(); ++i) {
     before.push_back(args[i]);
-    if (args[i] == run.get_name()) {
+    if (args[i].empty() || args[i][0] != '-') {
+      if (args[i] != run.get_name()) return args;
       ++i;
       break;
     }

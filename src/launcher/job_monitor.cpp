@@ -109,7 +109,7 @@ std::unique_ptr<JobMonitor> JobMonitor::lead(const RunOptions& o, Coordinator& c
 #ifdef COHORT_HAVE_DASHBOARD
     try {
       m->server_->server = std::make_unique<dashboard::Server>(
-          *hub, dashboard::ServerOptions{o.dashboard_host, o.dashboard_port, o.dashboard_token});
+          *hub, dashboard::ServerOptions{o.dashboard_host, o.dashboard_port, o.dashboard_token, dir});
     } catch (const std::exception& e) {
       std::string why = e.what();
       if (why.rfind("cohort: ", 0) == 0) why.erase(0, 8);

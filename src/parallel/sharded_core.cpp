@@ -221,7 +221,8 @@ torch::Tensor ShardedCore::forward_sequential(torch::Tensor x) {
   int child = 0;
   for (auto& any : *seq) {
     const int u = m.child_unit[child];
-    const auto& unit = u >= 0 ? m.plan.units[u] : UnitPlan::Unit{};
+    static const UnitPlan::Unit kNoUnit{};
+    const UnitPlan::Unit& unit = u >= 0 ? m.plan.units[u] : kNoUnit;  // a reference either way: no copy
     if (u >= 0 && child == unit.first_child) {
       m.ensure_gathered(u);
       if (m.options.prefetch && static_cast<size_t>(u) < last) m.request_gather(u + 1);
@@ -234,10 +235,14 @@ torch::Tensor ShardedCore::forward_sequential(torch::Tensor x) {
           if (auto self = weak.lock()) self->pre_backward(static_cast<size_t>(u));
         });
       }
-      // The last unit stays: backward starts with it.
-      if (!(recording && static_cast<size_t>(u) == last)) m.release(u);
+      // The last unit stays: backward starts with it; so do kept units (keep_gathered).
+      if (!unit.keep_gathered && !(recording && static_cast<size_t>(u) == last)) m.release(u);
     }
     ++child;
+  }
+  if (!recording) {  // no backward to keep them for
+    for (size_t u = 0; u < m.units.size(); ++u)
+      if (m.plan.units[u].keep_gathered) m.release(u);
   }
   return x;
 }
@@ -389,6 +394,21 @@ void ShardedCore::Impl::reset_iteration() {
     st.fired = 0;
     st.ready = false;
   }
+}
+
+// --- per-parameter masks of the shards -------------------------------------------------------------
+
+std::vector<torch::Tensor> ShardedCore::shard_masks(
+    const std::function<bool(const std::string&, c10::IntArrayRef)>& select) const {
+  const Impl& m = *impl_;
+  std::vector<torch::Tensor> out;
+  for (const auto& unit : m.units) {
+    auto full = torch::zeros({unit->padded()}, unit->shard().options().requires_grad(false));
+    for (const auto& p : unit->params())
+      if (select(p.name, p.param.sizes())) full.narrow(0, p.offset, p.numel).fill_(1);
+    out.push_back(full.narrow(0, unit->shard_begin(), unit->shard_size()).clone());
+  }
+  return out;
 }
 
 // --- gradient clipping -----------------------------------------------------------------------------

@@ -22,7 +22,36 @@ std::string joined(const std::vector<std::string>& names, size_t limit = 12) {
 
 }  // namespace
 
+namespace {
+
+UnitPlan plan_units_without_keep(torch::nn::Module& module, bool is_sequential, const ShardedOptions& options, int rank);
+
+}  // namespace
+
 UnitPlan plan_units(torch::nn::Module& module, bool is_sequential, const ShardedOptions& options, int rank) {
+  UnitPlan plan = plan_units_without_keep(module, is_sequential, options, rank);
+  if (options.keep_gathered.empty()) return plan;
+  if (!plan.per_child)
+    fail(rank, "keep_gathered is for level 3 on a torch::nn::Sequential (at other levels, and for a module that is "
+               "one unit, everything a forward uses is gathered anyway)");
+  std::vector<std::string> children;
+  for (const auto& c : module.named_children()) children.push_back(c.key());
+  for (const auto& name : options.keep_gathered) {
+    const auto at = std::find(children.begin(), children.end(), name);
+    if (at == children.end())
+      fail(rank, "keep_gathered names '" + name + "', which is not a child of the Sequential (" + joined(children) + ")");
+    const int c = static_cast<int>(at - children.begin());
+    bool found = false;
+    for (auto& u : plan.units)
+      if (u.first_child <= c && c <= u.last_child) u.keep_gathered = found = true;
+    if (!found) fail(rank, "keep_gathered names '" + name + "', which has no trainable parameters");
+  }
+  return plan;
+}
+
+namespace {
+
+UnitPlan plan_units_without_keep(torch::nn::Module& module, bool is_sequential, const ShardedOptions& options, int rank) {
   const int level = static_cast<int>(options.level);
   if (level < 1 || level > 3) fail(rank, "level must be optimizer_state (1), gradients (2) or parameters (3), not " + std::to_string(level));
   if (!(options.unit_cap_mb > 0)) fail(rank, "unit_cap_mb must be positive");
@@ -143,4 +172,5 @@ UnitPlan plan_units(torch::nn::Module& module, bool is_sequential, const Sharded
   return plan;
 }
 
+}  // namespace
 }  // namespace cohort::detail

@@ -16,6 +16,7 @@ struct UnitPlan {
     std::vector<std::string> param_names;  // registration order
     std::vector<torch::Tensor> params;
     int first_child = -1, last_child = -1;  // level 3 on a Sequential: the children it spans
+    bool keep_gathered = false;             // ShardedOptions::keep_gathered names one of them
   };
   std::vector<Unit> units;
   /// Level 3 on a Sequential: whether forward runs children unit by unit.

@@ -162,15 +162,21 @@ async function burstMakesThePageResync() {
     // The page stays busy while the dashboard reads the burst (within a second): the browser stops
     // reading the stream, the server's writes block, and the hub's queue for this page overflows.
     await page.evaluate(() => { const end = Date.now() + 5000; while (Date.now() < end); });
+    // Settled: no snapshot on its way (one may still be when the final step shows).
     const n = await t.waitFor('the whole burst on the page', async () => {
       const x = await t.pageNumbers(page);
-      return x.step === 20000 && x.jobState === 'succeeded' && x.ranks.length === 2 ? x : null;
+      const busy = await page.evaluate(() => window.cohortDashboard.stats.loading);
+      return x.step === 20000 && x.jobState === 'succeeded' && x.ranks.length === 2 && !busy ? x : null;
     }, 30000);
-    assert.strictEqual(n.points, 2000, 'the last 2000 steps on the loss chart');
     const stats = await page.evaluate(() => window.cohortDashboard.stats);
+    const xs = await page.evaluate(() => window.cohortDashboard.charts.loss.data.datasets[0].data.map((p) => p.x));
+    const gaps = xs.filter((x, i) => i > 0 && x !== xs[i - 1] + 1).length;
+    const seen = 'steps ' + xs[0] + '..' + xs[xs.length - 1] + ', ' + gaps + ' gaps, ' + JSON.stringify(stats);
+    assert.strictEqual(n.points, 2000, 'the last 2000 steps on the loss chart (' + seen + ')');
+    assert.ok(xs[0] === 18001 && gaps === 0, 'steps 18001..20000 in order: ' + seen);
     assert.ok(stats.resyncs >= 1, 'the page was told to resync: ' + JSON.stringify(stats));
     assert.strictEqual(n.navigations, 1, 'without reloading the page');
-    console.log('  resyncs: ' + stats.resyncs + ', step ' + n.step + ', ' + n.points + ' loss points');
+    console.log('  resyncs: ' + stats.resyncs + ', snapshots: ' + stats.snapshots + ', step ' + n.step + ', ' + n.points + ' loss points');
     assertCleanPage(page, new URL(url).origin);
   } finally {
     await browser.close();
@@ -222,10 +228,38 @@ async function clearErrors() {
   await t.stop(busy, 'SIGTERM');
 }
 
+async function linksToTheSimulatorCalibratedOnTheJob() {
+  // A finished 2-rank log: the dashboard's "simulate at scale" opens the simulator's page at /sim/,
+  // which starts from a calibration of this log (/sim/params.json) and runs in the same origin.
+  const { dir } = await fixture('sim', ['--steps', '200']);
+  const dash = t.start('sim-dashboard', cohort, ['dashboard', dir]);
+  const url = await t.printedUrl(dash);
+  const browser = await t.launchBrowser();
+  try {
+    const page = await t.openPage(browser, url);
+    const href = await page.getAttribute('#simulate', 'href');
+    assert.strictEqual(href, 'sim/');
+    const sim = await t.openPage(browser, new URL(href, url).toString());
+    const p = await sim.evaluate(() => window.cohortSim.params);
+    assert.strictEqual(p.nodes, 1);
+    assert.strictEqual(p.workers_per_node, 2, 'the job\'s shape');
+    assert.strictEqual(p.params, 1700000 / 4, 'the gradient bytes of the log');
+    assert.ok(p.forward_s > 0.005 && p.forward_s < 0.05, 'forward from the log: ' + p.forward_s);
+    await t.waitFor('the simulation running', async () => (await sim.evaluate(() => window.cohortSim.report.t)) > 1, 10000);
+    assert.strictEqual(await sim.textContent('#world'), '2');
+    await sim.screenshot({ path: path.join(t.artifactsDir(), 'dashboard-simulator.png'), fullPage: true });
+    assertCleanPage(sim, new URL(url).origin);
+  } finally {
+    await browser.close();
+  }
+  await t.stop(dash, 'SIGTERM');
+}
+
 t.run([
   ['cohort dashboard follows a growing log; the page updates live and flags the straggler', followsAGrowingLog],
   ['a run with a NaN, a killed rank and a restart: timeline, restarts, loss chart, failed rank', failureRestartAndNan],
   ['a burst larger than a stream may queue: the page resyncs from /api/state', burstMakesThePageResync],
   ['a token-protected dashboard works in the browser through ?token=', tokenInTheBrowser],
+  ['the dashboard links to the simulator, calibrated on the job', linksToTheSimulatorCalibratedOnTheJob],
   ['cohort dashboard says clearly why it cannot serve', clearErrors],
 ]);

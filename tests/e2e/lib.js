@@ -167,7 +167,7 @@ async function dashboardUrl(runDir, job, timeoutMs = 60000) {
 async function printedUrl(child, timeoutMs = 15000) {
   return waitFor('the URL printed by ' + child.name, () => {
     if (child.code !== undefined) throw new Error(child.name + ' exited (' + child.code + '): ' + child.err);
-    const m = /dashboard at (http:\/\/\S+)/.exec(child.out);
+    const m = /(?:dashboard|simulator) at (http:\/\/\S+)/.exec(child.out);
     return m ? m[1] : null;
   }, timeoutMs);
 }
@@ -226,6 +226,9 @@ async function run(cases) {
   const onSignal = () => { cleanup(); process.exit(1); };
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
+  // COHORT_E2E_CASE (a regular expression) runs only the cases whose names match, to chase one.
+  const only = process.env.COHORT_E2E_CASE ? new RegExp(process.env.COHORT_E2E_CASE) : null;
+  if (only) cases = cases.filter(([name]) => only.test(name));
   for (const [name, fn] of cases) {
     const t0 = Date.now();
     console.log('[ RUN  ] ' + name);

@@ -132,20 +132,38 @@ TEST(CheckpointExit, ExitWithAnAsyncSaveInFlightCommitsIt) {
 
 // --- a full disk ----------------------------------------------------------------------------------
 
-bool can_mount_tmpfs() { return run_shell("unshare -m true").exit_code == 0; }
+bool can_mount() { return run_shell("unshare -m true").exit_code == 0; }
 
-class CheckpointFullDisk : public ::testing::TestWithParam<bool> {};
+// Mounts `fs` on `dir` in a private mount namespace and runs `commands` there: tmpfs of 12 MiB, or
+// a 16 MiB ext4 image on a loop device (the O_DIRECT path on a real block file system; tmpfs takes
+// O_DIRECT too since Linux 6.6), or ramfs, which refuses O_DIRECT (the page-cache path).
+cohort::testing::Run run_mounted(const std::string& fs, const std::string& dir, const std::string& commands) {
+  if (fs == "tmpfs") return run_shell("unshare -m sh -c 'mount -t tmpfs -o size=12m tmpfs " + dir + " && " + commands + "'");
+  if (fs == "ramfs") return run_shell("unshare -m sh -c 'mount -t ramfs ramfs " + dir + " && " + commands + "'");
+  const std::string image = dir + ".ext4";
+  auto r = run_shell("rm -f " + image + " && truncate -s 16M " + image + " && mkfs.ext4 -q -F " + image +
+                     " && unshare -m sh -c 'mount -o loop " + image + " " + dir + " && rmdir " + dir +
+                     "/lost+found && " + commands + "'; rm -f " + image);
+  return r;
+}
+
+bool can_mount_ext4() {
+  const std::string dir = fresh_dir("ext4_probe");
+  return can_mount() && run_mounted("ext4", dir, "true").exit_code == 0;
+}
+
+class CheckpointFullDisk : public ::testing::TestWithParam<std::tuple<std::string, bool>> {};
 
 TEST_P(CheckpointFullDisk, SaveFailsClearlyLeavesNothingPartialAndTrainingCarriesOn) {
-  const bool async = GetParam();
-  const std::string dir = fresh_dir(std::string("full_disk") + (async ? "_async" : "_sync"));
+  const auto& [filesystem, async] = GetParam();
+  const std::string dir = fresh_dir("full_disk_" + filesystem + (async ? "_async" : "_sync"));
   const std::string probe = kProbe + " --dir " + dir + "/ck --mode steps --steps 3 --floats 1048576 --keep 5" +
                             (async ? " --async" : "");
   // Step 1's checkpoint (8 MB) fits; step 2's does not, and step 1's may not be deleted for it.
   const std::string checks = "; echo files:; find " + dir + " -type f | sort; " + kCohort + " ckpt verify " + dir +
                              "/ck/step-00000001";
-  if (can_mount_tmpfs()) {
-    const auto r = run_shell("unshare -m sh -c 'mount -t tmpfs -o size=12m tmpfs " + dir + " && " + probe + checks + "'");
+  if (can_mount() && (filesystem == "tmpfs" || can_mount_ext4())) {
+    const auto r = run_mounted(filesystem, dir, probe + checks);
     EXPECT_TRUE(contains(r.output, "step-00000002/")) << r.output;
     EXPECT_TRUE(contains(r.output, ": No space left on device")) << r.output;
     EXPECT_TRUE(contains(r.output, "nothing was committed")) << r.output;
@@ -155,18 +173,40 @@ TEST_P(CheckpointFullDisk, SaveFailsClearlyLeavesNothingPartialAndTrainingCarrie
     EXPECT_FALSE(contains(files, "step-00000002")) << "a file of the failed save is left: " << files;
     EXPECT_FALSE(contains(files, ".tmp-")) << files;
     EXPECT_EQ(r.exit_code, 0) << r.output;
-  } else {
+  } else if (filesystem == "tmpfs") {
     // No mount namespace here: a per-file size limit plays the full disk (EFBIG instead of ENOSPC).
     const auto r = run_shell("prlimit --fsize=2000000 " + probe + " --ignore-sigxfsz; ls -R " + dir);
     EXPECT_TRUE(contains(r.output, "File too large")) << r.output;
     EXPECT_TRUE(contains(r.output, "trained to step 3")) << r.output;
     EXPECT_FALSE(contains(r.output, "manifest.json")) << r.output;
     EXPECT_FALSE(contains(r.output, ".tmp-")) << r.output;
+  } else {
+    GTEST_SKIP() << "no mount namespace or loop device here: the ext4 case needs both";
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, CheckpointFullDisk, ::testing::Values(false, true),
-                         [](const auto& info) { return info.param ? "async" : "sync"; });
+INSTANTIATE_TEST_SUITE_P(Modes, CheckpointFullDisk,
+                         ::testing::Combine(::testing::Values("tmpfs", "ext4"), ::testing::Values(false, true)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + (std::get<1>(info.param) ? "_async" : "_sync");
+                         });
+
+// Where the file system refuses O_DIRECT (ramfs), checkpoints go through the page cache: saved,
+// verified and restored all the same.
+TEST(CheckpointNoDirectIo, SavesAndRestoresThroughThePageCache) {
+  if (!can_mount()) GTEST_SKIP() << "no mount namespace here";
+  const std::string dir = fresh_dir("ramfs");
+  const auto r = run_mounted("ramfs", dir,
+                             "dd if=/dev/zero of=" + dir + "/x bs=4096 count=1 oflag=direct 2>/dev/null && echo O_DIRECT-taken; " +
+                             kProbe + " --dir " + dir + "/ck --mode steps --steps 2 --floats 65536 && " + kProbe +
+                             " --dir " + dir + "/ck --mode steps --steps 4 --floats 65536 && " + kCohort + " ckpt verify " +
+                             dir + "/ck/step-00000004");
+  EXPECT_FALSE(contains(r.output, "O_DIRECT-taken")) << "ramfs took O_DIRECT: this test no longer covers the page-cache path";
+  EXPECT_TRUE(contains(r.output, "restored 2\n")) << "the second start resumed from the first's checkpoint:\n" << r.output;
+  EXPECT_TRUE(contains(r.output, "trained to step 4")) << r.output;
+  EXPECT_TRUE(contains(r.output, "step-00000004: valid")) << r.output;
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
 
 // --- Python reads the weights; `cohort ckpt` lists, verifies and inspects ---------------------------
 

@@ -38,6 +38,12 @@ TEST(LauncherParts, ProgramArgumentsAreNotCohortOptions) {
   ours = split_at_program({"run", "--bogus", "prog"}, *run, command);  // CLI11 reports --bogus
   EXPECT_EQ(ours, (std::vector<std::string>{"run", "--bogus"}));
   EXPECT_EQ(command, (std::vector<std::string>{"prog"}));
+
+  // Another subcommand's own "run" keeps its arguments (`cohort sim run --set nodes=2`).
+  command.clear();
+  const std::vector<std::string> sim = {"sim", "run", "--set", "nodes=2"};
+  EXPECT_EQ(split_at_program(sim, *run, command), sim);
+  EXPECT_TRUE(command.empty());
 }
 
 TEST(LauncherParts, WorkerVariablesOverrideTheInheritedOnes) {

@@ -400,3 +400,99 @@ TEST(CheckpointMismatch, NoCheckpointIsAFreshStart) {
 }
 
 }  // namespace
+
+// The reader under the restore: tensors go straight into contiguous destinations of their dtype,
+// through a temporary into any other; and bytes that change on disk after the file was verified
+// are refused, not applied.
+TEST(CheckpointReader, ReadsIntoAnyDestinationAndRefusesBytesChangedAfterVerification) {
+  const std::string dir = fresh_dir("reader");
+  fs::create_directories(dir);
+  const auto a = torch::arange(12, torch::kFloat).reshape({3, 4});
+  const auto b = torch::tensor({5}, torch::kLong);
+  ckpt::ManifestFile expected;
+  static_cast<ckpt::FileRecord&>(expected) = ckpt::write_tensor_file(dir, "t.safetensors", {{"a", a}, {"b", b}}, 0);
+  ckpt::TensorFileReader reader(dir, expected, 0);
+  ASSERT_NE(reader.find("a"), nullptr);
+  EXPECT_EQ(reader.find("c"), nullptr);
+  auto straight = torch::empty({3, 4});
+  reader.read_into(*reader.find("a"), straight);
+  EXPECT_TRUE(torch::equal(straight, a));
+  auto strided = torch::zeros({4, 3}, torch::kDouble).t();  // non-contiguous, another dtype
+  reader.read_into(*reader.find("a"), strided);
+  EXPECT_TRUE(torch::equal(strided, a.to(torch::kDouble)));
+  EXPECT_TRUE(torch::equal(reader.read(*reader.find("b")), b));
+
+  // Another process rewrites one float of "a" in place (same size): the next read names it.
+  {
+    std::fstream f(dir + "/t.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-static_cast<std::streamoff>(b.nbytes() + 4), std::ios::end);
+    const float other = 99.0f;
+    f.write(reinterpret_cast<const char*>(&other), sizeof other);
+  }
+  try {
+    reader.read_into(*reader.find("a"), straight);
+    ADD_FAILURE() << "bytes changed after the verification were applied";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor \"a\" changed on disk between its verification and its restore"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_TRUE(torch::equal(reader.read(*reader.find("b")), b)) << "the untouched tensor still reads";
+  // And a reader made now refuses the whole file.
+  EXPECT_THROW(ckpt::TensorFileReader(dir, expected, 0), CheckpointError);
+  fs::remove_all(dir);
+}
+
+// Your own objects' state (cohort::Stateful): saved with every checkpoint, handed back by restore;
+// a restore that asks for state the checkpoint lacks, or whose state does not load, names it.
+struct Counter : Stateful {
+  int64_t value = 0;
+  bool refuse = false;
+  std::string state_dict() const override { return std::to_string(value); }
+  void load_state_dict(const std::string& s) override {
+    if (refuse) throw std::runtime_error("not this one");
+    value = std::stoll(s);
+  }
+};
+
+TEST(CheckpointUserState, SavedRestoredAndRequired) {
+  const std::string dir = fresh_dir("user_state");
+  run_ranks(2, [&](std::shared_ptr<Context> ctx) {
+    Trainer t(ctx, "adamw", initial_parameters(3));
+    Counter schedule;
+    schedule.value = 41 + ctx->rank();  // rank 0's is the one saved
+    TrainingState s = t.state();
+    s.user = {{"schedule", &schedule}};
+    Checkpointer(dir, ctx, {.async = true}).save(s);
+  });
+  run_ranks(2, [&](std::shared_ptr<Context> ctx) {
+    Trainer t(ctx, "adamw", initial_parameters(4));
+    Counter schedule, other, refusing;
+    Checkpointer checkpoints(dir, ctx);
+    TrainingState s = t.state();
+    s.user = {{"schedule", &schedule}};
+    ASSERT_TRUE(checkpoints.restore_latest(s).has_value());
+    EXPECT_EQ(schedule.value, 41) << "rank " << ctx->rank();
+
+    s.user = {{"schedule", &schedule}, {"other", &other}};
+    try {
+      checkpoints.restore_latest(s);
+      ADD_FAILURE() << "a restore asking for state the checkpoint lacks must fail";
+    } catch (const CheckpointError& e) {
+      EXPECT_NE(std::string(e.what()).find("holds no state for \"other\" (saved by a program without it)"), std::string::npos)
+          << e.what();
+    }
+    refusing.refuse = true;
+    s.user = {{"schedule", &refusing}};
+    try {
+      checkpoints.restore_latest(s);
+      ADD_FAILURE() << "state that does not load must fail the restore";
+    } catch (const CheckpointError& e) {
+      EXPECT_NE(std::string(e.what()).find("the state of \"schedule\" does not load: not this one"), std::string::npos)
+          << e.what();
+    }
+  });
+  const auto listed = ckpt::list_checkpoints(dir);
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed.front().manifest->user.at("schedule"), "41");
+}

@@ -1,0 +1,257 @@
+// The GPT example's training loop, the same for DDP and every sharding level: the wrapper type is
+// a template parameter, and the few things that differ between them (gradient clipping, weight
+// decay on matrices only, the parameters' checksum) are overloads below.
+#pragma once
+
+#include <cohort/cohort.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <iomanip>
+#include <iostream>
+#include <optional>
+
+#include "corpus.h"
+#include "gpt_model.h"
+#include "options.h"
+#include "schedule.h"
+
+using Ddp = cohort::DistributedDataParallel<torch::nn::Sequential>;
+using Sharded = cohort::ShardedDataParallel<torch::nn::Sequential>;
+
+// --- what differs between the wrappers -------------------------------------------------------------
+
+inline double clip_gradients(Ddp& m, double max_norm) { return torch::nn::utils::clip_grad_norm_(m->parameters(), max_norm); }
+inline double clip_gradients(Sharded& m, double max_norm) { return m->clip_grad_norm(max_norm); }
+
+/// Decoupled weight decay (AdamW's p ← p·(1 − lr·wd)) on matrices only — embeddings and linear
+/// weights, not biases or LayerNorm gains, as GPT-2 and nanoGPT train. Applied before the
+/// optimizer's step (which runs with weight_decay 0); on flat shards through a mask, with the same
+/// multiplier, so both give bitwise the same decay.
+struct MatrixDecay {
+  std::vector<torch::Tensor> params, masks;  // mask undefined: the whole tensor decays
+  void apply(double lr, double wd) const {
+    if (wd == 0) return;
+    torch::NoGradGuard no_grad;
+    const double factor = 1.0 - lr * wd;
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (!masks[i].defined()) {
+        params[i].mul_(factor);
+      } else {
+        params[i].mul_(torch::where(masks[i], torch::scalar_tensor(factor, params[i].options()),
+                                    torch::scalar_tensor(1.0, params[i].options())));
+      }
+    }
+  }
+};
+inline MatrixDecay matrix_decay(Ddp& m) {
+  MatrixDecay d;
+  for (auto& p : m->module()->parameters())
+    if (p.dim() >= 2) d.params.push_back(p), d.masks.emplace_back();
+  return d;
+}
+inline MatrixDecay matrix_decay(Sharded& m) {
+  MatrixDecay d;
+  d.params = m->parameters();
+  for (auto& mask : m->shard_masks([](const std::string&, c10::IntArrayRef sizes) { return sizes.size() >= 2; }))
+    d.masks.push_back(mask.to(torch::kBool));
+  return d;
+}
+
+inline std::string hex16(uint64_t v) {
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(v));
+  return hex;
+}
+inline std::string checksum_of(Ddp& m) { return cohort::parameters_checksum(*m->module()); }
+inline std::string checksum_of(Sharded& m) {  // collective: gathers the whole model
+  std::vector<torch::Tensor> all;
+  for (auto& [name, t] : m->full_state(nullptr).model) all.push_back(t);
+  return hex16(cohort::tensors_hash(all));
+}
+
+// --- helpers -------------------------------------------------------------------------------------
+
+/// Sum over ranks (CPU, double). Called where no collective of the wrapper is in flight.
+inline std::vector<double> sum_over_ranks(cohort::Context& ctx, std::vector<double> values) {
+  std::vector<torch::Tensor> t{torch::tensor(values, torch::kDouble)};
+  if (ctx.world_size() > 1) ctx.group()->allreduce(t)->wait();
+  return {t[0].data_ptr<double>(), t[0].data_ptr<double>() + values.size()};
+}
+
+/// FLOP/s one rank's threads sustain on a large float matrix product: the CPU's stand-in for a
+/// GPU's datasheet peak in MFU. Every rank measures at the same time (after a barrier), as they
+/// train: ranks sharing a machine share its cores and memory bandwidth. The best of five 100 ms
+/// windows, so that a moment of other load does not lower the yardstick.
+inline double measured_gemm_flops(cohort::Context& ctx) {
+  torch::NoGradGuard no_grad;
+  const int64_t n = 1024;
+  auto a = torch::randn({n, n}), b = torch::randn({n, n});
+  (void)torch::mm(a, b);
+  ctx.barrier();
+  double best = 0;
+  for (int window = 0; window < 5; ++window) {
+    const auto t0 = std::chrono::steady_clock::now();
+    int count = 0;
+    for (; std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(100); ++count) (void)torch::mm(a, b);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, 2.0 * n * n * n * count / s);
+  }
+  return best;
+}
+
+/// Mean next-token loss over the first `windows` validation windows (rounded down to a multiple
+/// of the world size), each rank taking every world-th: the same number of forwards on every rank.
+template <typename M>
+double evaluate(M& model, cohort::Context& ctx, TokenWindows& val, const Options& o, const torch::Device& device) {
+  torch::NoGradGuard no_grad;
+  model->eval();
+  const int64_t w = ctx.world_size();
+  const int64_t n = std::min<int64_t>(o.eval_windows, static_cast<int64_t>(*val.size())) / w * w;
+  double sum = 0, tokens = 0;
+  for (int64_t first = ctx.rank(); first < n; first += w * o.batch) {
+    std::vector<size_t> idx;
+    for (int64_t i = first; i < n && static_cast<int64_t>(idx.size()) < o.batch; i += w) idx.push_back(static_cast<size_t>(i));
+    auto batch = val.get_batch(idx);
+    cohort::AutocastGuard autocast(torch::kBFloat16, device.is_cuda() && o.bf16);
+    const torch::Tensor logits = model->forward(batch.data.to(device));
+    sum += torch::nn::functional::cross_entropy(logits.view({-1, logits.size(-1)}).to(torch::kFloat), batch.target.to(device).reshape({-1}),
+                                                torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+               .item<double>();
+    tokens += static_cast<double>(batch.target.numel());
+  }
+  model->train();
+  const auto total = sum_over_ranks(ctx, {sum, tokens});
+  return total[1] > 0 ? total[0] / total[1] : NAN;
+}
+
+/// Continues `prompt` by `count` sampled bytes (temperature 0.8, top 40), the same on every rank.
+template <typename M>
+std::string generate(M& model, const GptConfig& c, const std::string& prompt, int count, uint64_t seed,
+                     const torch::Device& device) {
+  torch::NoGradGuard no_grad;
+  model->eval();
+  auto gen = at::detail::createCPUGenerator(seed);
+  std::string text = prompt;
+  for (int i = 0; i < count; ++i) {
+    const size_t from = text.size() > static_cast<size_t>(c.positions) ? text.size() - c.positions : 0;
+    std::vector<int64_t> ids(text.begin() + static_cast<std::ptrdiff_t>(from), text.end());
+    for (auto& id : ids) id = static_cast<uint8_t>(id);
+    const torch::Tensor logits = model->forward(torch::tensor(ids, torch::kLong).unsqueeze(0).to(device));
+    const torch::Tensor last = logits[0][-1].to(torch::kCPU, torch::kFloat) / 0.8;
+    auto [top, where] = last.topk(40);
+    const int64_t pick = torch::multinomial(torch::softmax(top, 0), 1, false, gen).item<int64_t>();
+    text.push_back(static_cast<char>(where[pick].item<int64_t>()));
+  }
+  model->train();
+  return text.substr(prompt.size());
+}
+
+// --- the loop --------------------------------------------------------------------------------------
+
+template <typename M>
+nlohmann::json train(M& model, std::shared_ptr<cohort::Context> ctx, const Corpus& corpus, const Options& o,
+                     const torch::Device& device) {
+  cohort::Context& c = *ctx;
+  const GptConfig& cfg = o.model;
+  TokenWindows train_set(corpus.train, cfg.seq_len), val_set(corpus.val, cfg.seq_len);
+  if (static_cast<int64_t>(*train_set.size()) < c.world_size() * o.batch || *val_set.size() == 0)
+    throw cohort::ConfigError(c.rank(), "the corpus is too small for --seq-len " + std::to_string(cfg.seq_len) +
+                                            " and --batch " + std::to_string(o.batch) + " on " +
+                                            std::to_string(c.world_size()) + " ranks");
+  cohort::DistributedSampler sampler(*train_set.size(), c, {.shuffle = true, .seed = o.seed});
+  auto loader = torch::data::make_data_loader(train_set, sampler, torch::data::DataLoaderOptions(o.batch));
+  cohort::FusedAdamW optimizer(model->parameters(), torch::optim::AdamWOptions(o.lr)
+                                                        .betas(std::make_tuple(0.9, 0.95))
+                                                        .eps(1e-8)
+                                                        .weight_decay(0.0));  // MatrixDecay does it
+  const MatrixDecay decay = matrix_decay(model);
+  CosineSchedule schedule(o.lr, o.min_lr, o.warmup, o.steps);
+  std::unique_ptr<cohort::Checkpointer> checkpoints;
+  const auto state = [&] { return cohort::TrainingState{&*model, &optimizer, &sampler, {{"schedule", &schedule}}}; };
+  if (!o.ckpt_dir.empty()) {
+    checkpoints = std::make_unique<cohort::Checkpointer>(
+        o.ckpt_dir, ctx, cohort::CheckpointOptions{.every_steps = o.ckpt_every, .async = !o.ckpt_sync});
+    if (auto r = checkpoints->restore_latest(state()); r && c.rank() == 0)
+      std::cout << "resumed from " << r->path << " (step " << r->step << ")" << std::endl;
+  }
+  const double peak = o.peak_tflops > 0 ? o.peak_tflops * 1e12 * c.world_size()
+                      : device.is_cuda() ? 989e12 * c.world_size()
+                                         : sum_over_ranks(c, {measured_gemm_flops(c)})[0];
+  const double tokens_per_step = static_cast<double>(o.batch) * o.accum * c.world_size() * cfg.seq_len;
+
+  using clock = std::chrono::steady_clock;
+  double timed_s = 0, last_loss = NAN, val_loss = NAN;
+  int64_t timed_steps = 0, step = schedule.step();
+  const int64_t first_step = step;  // after a restore: where this start begins
+  int micro = 0;
+  double loss_sum = 0;
+  clock::time_point step_start;
+  for (int64_t epoch = sampler.epoch(); step < o.steps; ++epoch) {
+    sampler.set_epoch(epoch);
+    for (auto& batch : *loader) {
+      if (micro == 0) {
+        step_start = clock::now();
+        for (auto& group : optimizer.param_groups()) group.options().set_lr(schedule.lr());
+        optimizer.zero_grad();
+        loss_sum = 0;
+      }
+      {
+        std::optional<decltype(model->no_sync())> local;  // all but the last micro-step: no communication
+        if (micro + 1 < o.accum) local.emplace(model->no_sync());
+        torch::Tensor loss;
+        {
+          cohort::AutocastGuard autocast(torch::kBFloat16, device.is_cuda() && o.bf16);
+          loss = lm_loss(model->forward(batch.data.to(device)), batch.target.to(device)) / o.accum;
+        }
+        loss.backward();
+        loss_sum += loss.item<double>();
+      }
+      if (++micro < o.accum) continue;
+      micro = 0;
+      const double lr = schedule.lr();
+      clip_gradients(model, o.clip);
+      decay.apply(lr, o.weight_decay);
+      optimizer.step();
+      schedule.advance();
+      ++step;
+      const double seconds = std::chrono::duration<double>(clock::now() - step_start).count();
+      if (step - first_step > o.warmup_steps) {  // tokens/s over the steps after this start's warm-up
+        ++timed_steps;
+        timed_s += seconds;
+      }
+      const double tps = tokens_per_step / seconds;
+      cohort::monitor().step(step, {{"loss", loss_sum}, {"lr", lr}, {"tokens_per_s", tps}, {"mfu", tps * cfg.flops_per_token() / peak}});
+      if (o.log_every > 0 && step % o.log_every == 0) {
+        last_loss = sum_over_ranks(c, {loss_sum})[0] / c.world_size();  // the job's loss: every rank's batch
+        if (c.rank() == 0) std::cout << "step " << step << " loss " << std::setprecision(9) << last_loss << " lr " << lr << std::endl;
+      }
+      if (checkpoints) checkpoints->maybe_save(state());
+      if (o.eval_every > 0 && step % o.eval_every == 0) {
+        val_loss = evaluate(model, c, val_set, o, device);
+        if (c.rank() == 0) std::cout << "step " << step << " val_loss " << val_loss << std::endl;
+      }
+      if (step >= o.steps) break;
+    }
+  }
+  if (checkpoints) {
+    checkpoints->wait();
+    // The end state too, so that starting the finished job again resumes at its end.
+    if (o.ckpt_every > 0 && step > first_step && step % o.ckpt_every != 0) checkpoints->save(state());
+  }
+  if (!(o.eval_every > 0 && step % o.eval_every == 0)) val_loss = evaluate(model, c, val_set, o, device);
+  const double tokens_per_s = timed_s > 0 ? tokens_per_step * timed_steps / timed_s : NAN;
+  nlohmann::json result{{"val_loss", val_loss},
+                        {"train_loss", last_loss},
+                        {"tokens_per_s", tokens_per_s},
+                        {"mfu", tokens_per_s * cfg.flops_per_token() / peak},
+                        {"param_checksum", checksum_of(model)},
+                        {"world_size", c.world_size()},
+                        {"steps", step},
+                        {"mode", o.mode},
+                        {"parameters", cfg.parameters()},
+                        {"unigram_entropy", corpus.unigram_entropy}};
+  if (o.sample_tokens > 0) result["sample"] = generate(model, cfg, "\n", o.sample_tokens, o.seed, device);
+  return result;
+}
