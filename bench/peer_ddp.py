@@ -5,6 +5,8 @@ user writes it: TensorDataset + DistributedSampler + DataLoader, DDP over Gloo, 
 Started once per rank with RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT set (Debian's torchrun
 fails under Python 3.11). Prints one JSON line per rank, with the example's field names.
 --plain trains one process without torch.distributed (the scaling-efficiency baseline).
+--comm-hook registers PyTorch's own DDP communication hook (fp16_compress_hook, bf16_compress_hook,
+powerSGD_hook), the peers of cohort's hooks in bench/comm_netns.sh.
 """
 import argparse, gzip, json, os, struct, time
 
@@ -62,6 +64,10 @@ def main():
     p.add_argument("--lr", type=float, default=0.02)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--plain", action="store_true")
+    p.add_argument("--comm-hook", default="none", choices=["none", "fp16", "bf16", "powersgd"])
+    p.add_argument("--powersgd-rank", type=int, default=4)
+    p.add_argument("--powersgd-start", type=int, default=10)
+    p.add_argument("--no-eval", action="store_true", help="accepted for the example's flags; the peer never evaluates")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
@@ -81,6 +87,15 @@ def main():
     model = Cnn() if a.model == "cnn" else Mlp()
     if distributed:
         model = nn.parallel.DistributedDataParallel(model)
+        if a.comm_hook != "none":
+            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook as psgd
+            if a.comm_hook == "powersgd":
+                state = psgd.PowerSGDState(process_group=None, matrix_approximation_rank=a.powersgd_rank,
+                                           start_powerSGD_iter=max(2, a.powersgd_start))
+                model.register_comm_hook(state, psgd.powerSGD_hook)
+            else:
+                hook = default_hooks.fp16_compress_hook if a.comm_hook == "fp16" else default_hooks.bf16_compress_hook
+                model.register_comm_hook(None, hook)
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9)
 
     step, start, loss = 0, None, None
@@ -102,7 +117,7 @@ def main():
     timed = step - a.warmup_steps
     print(json.dumps({"rank": rank, "world_size": world, "model": a.model, "steps": step,
                       "final_loss": loss.item(), "samples_per_s": timed * a.batch_size * world / elapsed,
-                      "peer": "pytorch-ddp" if distributed else "pytorch-plain"}), flush=True)
+                      "peer": "pytorch-ddp" if distributed else "pytorch-plain", "comm_hook": a.comm_hook}), flush=True)
     if distributed:
         dist.destroy_process_group()
 

@@ -43,6 +43,10 @@ struct Flags {
   int warmup_steps = 10;
   double bucket_cap_mb = 25;
   bool reference = false;
+  std::string comm_hook = "none";  // cohort/comm_hook.h: none, fp16, bf16, powersgd
+  int powersgd_rank = 4;
+  int64_t powersgd_start = 10;     // steps of plain allreduce before PowerSGD compresses
+  std::string allreduce = "automatic";  // or flat, hierarchical (cohort::AllreduceAlgo)
   bool no_eval = false;
   bool plain = false;
   int log_every = 100;
@@ -218,6 +222,13 @@ int train(const Flags& flags, Net net) {
     cohort::DDPOptions ddp_options;
     ddp_options.bucket_cap_mb = flags.bucket_cap_mb;
     ddp_options.reference_mode = flags.reference;
+    cohort::PowerSGDOptions powersgd;
+    powersgd.rank = flags.powersgd_rank;
+    powersgd.start_step = flags.powersgd_start;
+    ddp_options.comm_hook = cohort::comm_hook_by_name(flags.comm_hook, powersgd);
+    ddp_options.allreduce = flags.allreduce == "flat"           ? cohort::AllreduceAlgo::flat
+                            : flags.allreduce == "hierarchical" ? cohort::AllreduceAlgo::hierarchical
+                                                                : cohort::AllreduceAlgo::automatic;
     auto model = cohort::DistributedDataParallel(net, ctx, ddp_options);
     std::unique_ptr<cohort::Checkpointer> checkpoints;
     if (!flags.ckpt_dir.empty()) {
@@ -234,6 +245,7 @@ int train(const Flags& flags, Net net) {
     ctx->group()->allreduce(loss)->wait();
     outcome.last_loss = loss[0].item<double>();
     model->assert_in_sync();
+    result["allreduce"] = model->stats().hierarchical ? "hierarchical" : "flat";  // what automatic chose
   }
   double accuracy = -1;
   if (!flags.no_eval) {  // read only now: a restarted worker gets to its first step sooner
@@ -244,6 +256,7 @@ int train(const Flags& flags, Net net) {
   result["final_loss"] = outcome.last_loss;
   result["test_accuracy"] = accuracy;
   result["samples_per_s"] = outcome.samples_per_s;
+  if (flags.comm_hook != "none") result["comm_hook"] = flags.comm_hook;
   result["param_checksum"] = cohort::parameters_checksum(*net);
   result["optimizer_checksum"] = outcome.optimizer_checksum;
   if (const int64_t skipped = cohort::monitor().skipped_steps(); skipped > 0) result["nan_skipped_steps"] = skipped;
@@ -274,6 +287,19 @@ int main(int argc, char** argv) {
   app.add_option("--warmup-steps", f.warmup_steps, "Steps before the throughput timer starts")->capture_default_str();
   app.add_option("--bucket-cap-mb", f.bucket_cap_mb, "DDP bucket capacity in MiB")->capture_default_str();
   app.add_flag("--reference", f.reference, "DDP reference mode: one allreduce per gradient after backward");
+  app.add_option("--comm-hook", f.comm_hook, "How DDP averages gradients: none (fp32 allreduce), fp16, bf16, powersgd")
+      ->check(CLI::IsMember({"none", "fp16", "bf16", "powersgd"}))
+      ->capture_default_str();
+  app.add_option("--allreduce", f.allreduce,
+                 "automatic (hierarchical on several nodes of several ranks), flat or hierarchical")
+      ->check(CLI::IsMember({"automatic", "flat", "hierarchical"}))
+      ->capture_default_str();
+  app.add_option("--powersgd-rank", f.powersgd_rank, "PowerSGD: rank of the approximation")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--powersgd-start", f.powersgd_start, "PowerSGD: steps of plain allreduce first")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_flag("--no-eval", f.no_eval, "Skip the test-set evaluation");
   app.add_flag("--plain", f.plain, "One process without cohort (no init, no DDP): the scaling baseline");
   app.add_option("--log-every", f.log_every, "Print the loss every N steps on rank 0 (0: never)");

@@ -55,9 +55,16 @@ int run(Options o, const Overrides& ov) {
   net->to(device);
   nlohmann::json result;
   if (o.mode == "ddp") {
-    Ddp model(net, ctx);
+    cohort::DDPOptions ddp;
+    cohort::PowerSGDOptions powersgd;
+    powersgd.rank = o.powersgd_rank;
+    powersgd.start_step = o.powersgd_start;
+    ddp.comm_hook = cohort::comm_hook_by_name(o.comm_hook, powersgd);
+    Ddp model(net, ctx, ddp);
     result = train(model, ctx, corpus, o, device);
+    if (o.comm_hook != "none") result["comm_hook"] = o.comm_hook;
   } else {
+    if (o.comm_hook != "none") throw cohort::ConfigError(ctx->rank(), "--comm-hook applies to --mode ddp only");
     cohort::ShardedOptions so;
     so.level = static_cast<cohort::ShardingLevel>(o.mode.back() - '0');
     // The head reads the embedding's weight (tied): at level 3 that unit stays gathered meanwhile.
@@ -85,6 +92,11 @@ int main(int argc, char** argv) {
   app.add_option("--heads", ov.heads, "Attention heads (must divide --dim)")->check(CLI::PositiveNumber);
   app.add_option("--dim", ov.dim, "Model width")->check(CLI::PositiveNumber);
   app.add_option("--mode", o.mode, "ddp, zero1, zero2 or zero3")->check(CLI::IsMember({"ddp", "zero1", "zero2", "zero3"}))->capture_default_str();
+  app.add_option("--comm-hook", o.comm_hook, "--mode ddp: none, fp16, bf16 or powersgd")
+      ->check(CLI::IsMember({"none", "fp16", "bf16", "powersgd"}))
+      ->capture_default_str();
+  app.add_option("--powersgd-rank", o.powersgd_rank, "PowerSGD: rank of the approximation")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--powersgd-start", o.powersgd_start, "PowerSGD: steps of plain allreduce first")->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--corpus", o.corpus, "A text file, or a directory of them")->capture_default_str();
   app.add_option("--device", o.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   app.add_option("--steps", o.steps, "Optimizer steps")->check(CLI::PositiveNumber)->capture_default_str();

@@ -10,6 +10,9 @@ struct Options {
   std::string preset = "tiny";
   GptConfig model;  // the preset's, with --layers/--heads/--dim/--positions/--seq-len/--vocab applied
   std::string mode = "ddp";  // ddp, zero1, zero2, zero3
+  std::string comm_hook = "none";  // ddp only: none, fp16, bf16, powersgd (cohort/comm_hook.h)
+  int powersgd_rank = 4;
+  int64_t powersgd_start = 10;
   std::string corpus = "/usr/share/games/fortunes";
   std::string device = "cpu";  // cpu or cuda
   int64_t steps = 200;

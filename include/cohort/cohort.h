@@ -3,6 +3,7 @@
 
 #include "cohort/checkpointer.h"
 #include "cohort/checksum.h"
+#include "cohort/comm_hook.h"
 #include "cohort/context.h"
 #include "cohort/distributed_data_parallel.h"
 #include "cohort/distributed_sampler.h"

@@ -20,7 +20,7 @@
 // phases begin and counts the batch's samples; the reducer marks the end of backward and of the
 // communication, and computes the averaged gradients' norm (docs/monitoring.md).
 //
-// Not here: sharding the optimizer state or parameters (a later issue), mixed precision.
+// Not here: sharding the optimizer state or parameters (sharded_data_parallel.h), mixed precision.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -35,6 +35,19 @@
 namespace cohort {
 
 class Context;
+class CommHook;
+
+/// How DDP sums a bucket over the ranks (docs/communication.md).
+enum class AllreduceAlgo {
+  /// hierarchical where the job has several nodes with several ranks each (and shared memory),
+  /// flat otherwise — the same choice on every rank.
+  automatic,
+  /// One collective over every rank (shared memory when they all share a machine, else Gloo).
+  flat,
+  /// Reduce-scatter inside each node through shared memory, allreduce between nodes (one Gloo
+  /// group per local rank), allgather inside the node. A ConfigError where the job cannot.
+  hierarchical,
+};
 
 struct DDPOptions {
   /// Bucket capacity in MiB. A tiny value puts every parameter in its own bucket.
@@ -45,6 +58,11 @@ struct DDPOptions {
   bool broadcast_buffers = true;
   /// The yardstick: after backward, one blocking allreduce per gradient, no buckets, no overlap.
   bool reference_mode = false;
+  /// How a bucket is averaged (cohort/comm_hook.h: fp16, bf16, PowerSGD or your own); null: the
+  /// built-in allreduce. Every rank must pass the same hook with the same settings.
+  std::shared_ptr<CommHook> comm_hook;
+  /// For CPU buckets (float and double; a hook's 16-bit tensors go flat).
+  AllreduceAlgo allreduce = AllreduceAlgo::automatic;
 };
 
 /// Counters for tests and monitoring (cumulative since construction).
@@ -52,8 +70,10 @@ struct DDPStats {
   int64_t sync_iterations = 0;               // backward passes whose gradients were averaged
   int64_t buckets_launched_in_backward = 0;  // from a gradient hook, while backward was running
   int64_t buckets_launched_at_end = 0;       // when backward had finished (incomplete buckets)
-  int64_t bytes_allreduced = 0;
+  int64_t bytes_allreduced = 0;              // gradient bytes averaged (before a hook compresses them)
+  int64_t bytes_on_wire = 0;                 // bytes of the collectives that averaged them
   int64_t num_buckets = 0;
+  bool hierarchical = false;                 // buckets go inside nodes, then between them
 };
 
 namespace detail {

@@ -93,6 +93,9 @@ struct StepRecord {
   int64_t comm_bytes = 0;
   double comm_s = 0;
   std::optional<double> busbw;
+  // With a DDP communication hook (comm_hook.h): the gradient bytes it was given over the
+  // gradient bytes it sent (fp16: about 2; PowerSGD: 10 to 100s).
+  std::optional<double> compression;
   // Time cohort's monitoring itself took since the previous record: the gradient norm of this
   // step and the previous step() call (formatting and sending its message). The overhead
   // benchmark divides it by step_s.

@@ -77,6 +77,9 @@ std::string Hub::prometheus_text() const {
   per_rank("cohort_allreduce_busbw_bytes_per_second", "gauge",
            "Allreduce bus bandwidth of a rank's last step: bytes/comm time x 2(n-1)/n.",
            [](const State::RankState& rs) { return number_at(rs.last, "busbw"); });
+  per_rank("cohort_gradient_compression_ratio", "gauge",
+           "Gradient bytes a DDP communication hook was given over the bytes it sent, at a rank's last step.",
+           [](const State::RankState& rs) { return number_at(rs.last, "compression"); });
   p.family("cohort_scalar", "gauge", "The scalars a rank gave at its last step (loss, lr, ...).");
   for (const auto& [r, rs] : s.ranks) {
     if (!rs.last.is_object() || !rs.last.contains("scalars") || !rs.last["scalars"].is_object()) continue;

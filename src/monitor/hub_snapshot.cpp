@@ -47,6 +47,7 @@ json Hub::State::rank_json(const RankState& s) const {
   copy("rss_bytes");
   copy("cuda_bytes");
   copy("busbw");
+  copy("compression");
   copy("t");
   r["phases"] = m.is_object() && m.contains("phases") && m["phases"].is_object() ? m["phases"] : json::object();
   r["scalars"] = m.is_object() && m.contains("scalars") && m["scalars"].is_object() ? m["scalars"] : json::object();

@@ -140,6 +140,7 @@ std::string metrics_message(const StepRecord& r, const MonitorIdentity& who) {
   key("comm_bytes"), append_int(out, r.comm_bytes);
   key("comm_s"), append_json_number(out, r.comm_s);
   if (r.busbw) key("busbw"), append_json_number(out, *r.busbw);
+  if (r.compression) key("compression"), append_json_number(out, *r.compression);
   key("monitor_s"), append_json_number(out, r.monitor_s);
   key("scalars");
   out += '{';
@@ -303,6 +304,8 @@ void StepMonitor::step(std::optional<int64_t> number, std::vector<std::pair<std:
   const CommTotals comm = flight_recorder().take_comm_totals();
   r.comm_bytes = comm.bytes;
   r.comm_s = static_cast<double>(comm.gradient_busy_us) / 1e6;
+  const int64_t hook_input = hook_input_bytes_.exchange(0, relaxed);
+  if (hook_input > 0 && comm.gradient_bytes > 0) r.compression = static_cast<double>(hook_input) / comm.gradient_bytes;
   MonitorIdentity who;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -2,9 +2,11 @@
 // the GradReducer that averages gradients during backward. See distributed_data_parallel.h.
 #include "cohort/distributed_data_parallel.h"
 
+#include "cohort/comm_hook.h"
 #include "cohort/context.h"
 #include "cohort/error.h"
 #include "grad_reducer.h"
+#include "hierarchical_comm.h"
 #include "monitor/worker_monitor.h"
 #include "replica_sync.h"
 
@@ -50,15 +52,26 @@ DataParallelCore::DataParallelCore(std::shared_ptr<torch::nn::Module> module, st
   }
   auto& group = *c.group(device);
 
-  check_same_model(c, named);
+  const char* algos[] = {"automatic", "flat", "hierarchical"};
+  check_same_model(c, named,
+                   "comm hook '" + (options.comm_hook ? options.comm_hook->describe() : "none") + "'\n" +
+                       "allreduce '" + algos[static_cast<int>(options.allreduce)] + "'\n");
   std::vector<torch::Tensor> state = impl_->params;
   state.insert(state.end(), impl_->buffers.begin(), impl_->buffers.end());
   broadcast_from_rank0(group, state, static_cast<int64_t>(options.bucket_cap_mb * 1024 * 1024) + 1);
   impl_->monitor = &current_step_monitor();
   impl_->monitor->set_identity(c.rank(), c.world_size(), c.env().restart_count);
   if (device.is_cuda()) impl_->monitor->note_cuda_device(std::max<int>(0, device.index()));
+  std::unique_ptr<ReducerComm> comm;
+  if (!options.reference_mode && device.is_cpu() && options.allreduce != AllreduceAlgo::flat) {
+    std::string why;
+    comm = HierarchicalComm::create(c, why);  // collective; null on every rank alike
+    if (!comm && options.allreduce == AllreduceAlgo::hierarchical) {
+      throw ConfigError(c.rank(), "DDP allreduce 'hierarchical' is not possible in this job: " + why);
+    }
+  }
   impl_->reducer = GradReducer::create(std::move(trainable), c.group(device), c.shm_allreduce(), c.rank(),
-                                       c.world_size(), options, impl_->monitor);
+                                       c.world_size(), options, impl_->monitor, std::move(comm));
 }
 
 DataParallelCore::~DataParallelCore() = default;

@@ -4,6 +4,8 @@
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function_hook.h>
 
+#include <sstream>
+
 #include "autograd_hooks.h"
 #include "cohort/error.h"
 #include "runtime/flight_op.h"
@@ -13,15 +15,17 @@ namespace cohort::detail {
 
 std::shared_ptr<GradReducer> GradReducer::create(std::vector<Param> params, c10::intrusive_ptr<Backend> group,
                                                  ShmAllreduce* shm, int rank, int world_size,
-                                                 const DDPOptions& options, StepMonitor* monitor) {
-  std::shared_ptr<GradReducer> r(
-      new GradReducer(std::move(params), std::move(group), shm, rank, world_size, options, monitor));
+                                                 const DDPOptions& options, StepMonitor* monitor,
+                                                 std::unique_ptr<ReducerComm> comm) {
+  std::shared_ptr<GradReducer> r(new GradReducer(std::move(params), std::move(group), shm, rank, world_size, options,
+                                                 monitor, std::move(comm)));
   r->attach_hooks();  // needs shared_from_this, so not in the constructor
   return r;
 }
 
 GradReducer::GradReducer(std::vector<Param> params, c10::intrusive_ptr<Backend> group, ShmAllreduce* shm, int rank,
-                         int world_size, const DDPOptions& options, StepMonitor* monitor)
+                         int world_size, const DDPOptions& options, StepMonitor* monitor,
+                         std::unique_ptr<ReducerComm> comm)
     : params_(std::move(params)),
       group_(std::move(group)),
       shm_(shm),
@@ -38,6 +42,44 @@ GradReducer::GradReducer(std::vector<Param> params, c10::intrusive_ptr<Backend> 
   slots_.resize(params_.size());
   if (!options_.reference_mode) build_buckets();
   stats_.num_buckets = static_cast<int64_t>(buckets_.size());
+  if (options_.comm_hook || comm) {
+    if (options_.reference_mode) throw ConfigError(rank_, "DDP: a comm_hook and reference_mode cannot be combined");
+    stats_.hierarchical = comm != nullptr;
+    setup_hook(std::move(comm));
+  }
+}
+
+namespace {
+// PyTorch's default hook: divide by the world size, then sum (what the flat path does).
+class AveragingHook final : public CommHook {
+ public:
+  std::string describe() const override { return "allreduce"; }
+  at::Tensor run(GradBucket& bucket, HookComm& comm) override {
+    bucket.buffer.div_(comm.world_size());
+    comm.allreduce_sum(bucket.buffer);
+    return bucket.buffer;
+  }
+};
+}  // namespace
+
+void GradReducer::setup_hook(std::unique_ptr<ReducerComm> comm) {
+  hook_ = options_.comm_hook ? options_.comm_hook : std::make_shared<AveragingHook>();
+  for (size_t k = 0; k < buckets_.size(); ++k) {
+    const Bucket& b = buckets_[k];
+    GradBucket g;
+    g.index = static_cast<int>(k);
+    g.buffer = b.flat.narrow(0, 0, b.numel);
+    for (size_t i = 0; i < b.params.size(); ++i) {
+      const auto& param = params_[b.params[i]];
+      g.gradients.push_back(b.flat.narrow(0, b.offset[i], param.tensor.numel()).view(param.tensor.sizes()));
+      g.names.push_back(param.name);
+    }
+    g.is_last = k + 1 == buckets_.size();
+    hook_buckets_.push_back(std::move(g));
+  }
+  hook_->check(hook_buckets_, rank_);
+  hook_comm_ = comm ? std::move(comm) : std::make_unique<GroupHookComm>(group_, shm_, rank_, world_);
+  hook_queue_ = std::make_unique<CommQueue>();
 }
 
 GradReducer::~GradReducer() {
@@ -160,7 +202,9 @@ void GradReducer::begin_iteration() {
     b.work.reset();
     b.shm_work.reset();
     b.flight_seq = 0;
+    b.hook_work = {};
   }
+  hook_flags_ = {};
   // Runs once the whole backward pass is done, on the thread that finishes it.
   std::weak_ptr<GradReducer> weak = shared_from_this();
   torch::autograd::Engine::get_default_engine().queue_callback([weak] {
@@ -212,6 +256,11 @@ void GradReducer::launch_ready_buckets(bool from_hook) {
     const auto n = static_cast<int64_t>(b.used.size());
     b.flat.narrow(0, b.numel, n).copy_(torch::from_blob(b.used.data(), {n}, torch::kFloat));
     (from_hook ? stats_.buckets_launched_in_backward : stats_.buckets_launched_at_end)++;
+    if (hook_) {  // also alone: a hook may change the result (PowerSGD), so 1 rank is like W ranks
+      launch_hook(k);
+      stats_.bytes_allreduced += b.numel * static_cast<int64_t>(b.flat.element_size());
+      continue;
+    }
     if (world_ == 1) continue;  // alone: the bucket already holds the average and the used flags
     if (shm_ && ShmAllreduce::supports(b.flat)) {
       // averages within its sum pass
@@ -223,10 +272,74 @@ void GradReducer::launch_ready_buckets(bool from_hook) {
       b.work = group_->allreduce(tensors);
     }
     stats_.bytes_allreduced += b.flat.numel() * static_cast<int64_t>(b.flat.element_size());
+    stats_.bytes_on_wire += b.flat.numel() * static_cast<int64_t>(b.flat.element_size());
+  }
+  if (hook_ && next_bucket_ == buckets_.size() && !hook_flags_.valid()) launch_hook_flags();
+}
+
+void GradReducer::launch_hook(size_t k) {
+  buckets_[k].hook_work = hook_queue_->submit([this, k] {
+    torch::NoGradGuard no_grad;
+    GradBucket& g = hook_buckets_[k];
+    hook_comm_->set_bucket(static_cast<int>(k));
+    const at::Tensor out = hook_->run(g, *hook_comm_);
+    if (!out.defined() || out.dim() != 1 || out.numel() != g.buffer.numel() ||
+        out.scalar_type() != g.buffer.scalar_type() || out.device() != g.buffer.device()) {
+      std::ostringstream os;
+      os << "DDP comm hook '" << hook_->describe() << "' returned ";
+      if (out.defined()) {
+        os << "a " << out.sizes() << " " << out.scalar_type() << " tensor on " << out.device();
+      } else {
+        os << "an undefined tensor";
+      }
+      os << " for bucket " << k << " (" << g.names.front() << (g.names.size() > 1 ? ", ..." : "")
+         << "); it must return the bucket's average: a [" << g.buffer.numel() << "] " << g.buffer.scalar_type()
+         << " tensor on " << g.buffer.device();
+      throw ConfigError(rank_, os.str());
+    }
+    if (out.data_ptr() != g.buffer.data_ptr()) g.buffer.copy_(out);
+  });
+}
+
+// The used flags of every bucket in one sum, after the last bucket (the hooks see gradients only).
+void GradReducer::launch_hook_flags() {
+  if (world_ == 1) {
+    hook_flags_ = hook_queue_->submit([] {});
+    return;
+  }
+  hook_flags_ = hook_queue_->submit([this] {
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> tails;
+    for (auto& b : buckets_) tails.push_back(b.flat.narrow(0, b.numel, static_cast<int64_t>(b.params.size())).to(torch::kFloat));
+    torch::Tensor flags = torch::cat(tails);
+    hook_comm_->set_bucket(-1);
+    hook_comm_->allreduce_sum(flags);
+    int64_t offset = 0;
+    for (auto& b : buckets_) {
+      const auto n = static_cast<int64_t>(b.params.size());
+      b.flat.narrow(0, b.numel, n).copy_(flags.narrow(0, offset, n));
+      offset += n;
+    }
+  });
+}
+
+void GradReducer::wait_hook(std::shared_future<void>& work, const std::string& what) {
+  try {
+    work.get();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    const std::string cause = e.what();
+    throw Error(rank_, "DDP comm hook '" + hook_->describe() + "' failed on " + what + ": " +
+                           cause.substr(0, cause.find('\n')));
   }
 }
 
 void GradReducer::wait(Bucket& bucket) {
+  if (bucket.hook_work.valid()) {
+    wait_hook(bucket.hook_work, "bucket " + std::to_string(&bucket - buckets_.data()));
+    return;
+  }
   if (!bucket.work && !bucket.shm_work) return;  // a world of one communicates nothing
   if (bucket.shm_work) {
     bucket.shm_work->wait();  // throws CommError naming the timeout itself
@@ -267,6 +380,29 @@ void GradReducer::finish_iteration() {
   launch_ready_buckets(/*from_hook=*/false);
 
   torch::NoGradGuard no_grad;
+  if (hook_) {
+    // Every task of this iteration finished before anything throws: none may outlive the backward.
+    std::exception_ptr first;
+    for (auto& b : buckets_) {
+      try {
+        wait(b);
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
+    }
+    try {
+      if (hook_flags_.valid()) wait_hook(hook_flags_, "the used-parameter flags");
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+    if (first) std::rethrow_exception(first);
+    stats_.bytes_on_wire = hook_comm_->bytes();
+    if (monitor_ && world_ > 1 && options_.comm_hook) {
+      int64_t bytes = 0;
+      for (const auto& g : hook_buckets_) bytes += static_cast<int64_t>(g.buffer.nbytes());
+      monitor_->add_hook_input_bytes(bytes);
+    }
+  }
   for (auto& b : buckets_) {
     wait(b);
     auto used = b.flat.narrow(0, b.numel, static_cast<int64_t>(b.params.size())).to(torch::kCPU, torch::kFloat).contiguous();
@@ -352,6 +488,7 @@ void GradReducer::finish_reference() {
     entry.done();
     if (!local) param.mutable_grad() = grad;
     stats_.bytes_allreduced += grad.numel() * static_cast<int64_t>(grad.element_size());
+    stats_.bytes_on_wire += grad.numel() * static_cast<int64_t>(grad.element_size());
   }
   stats_.sync_iterations++;
   note_ddp_iteration();

@@ -9,6 +9,11 @@
 // for; then averaged gradients are written back. Each bucket carries one "used" flag per
 // parameter, summed with the gradients, so that a parameter no rank used keeps its gradient.
 //
+// With a communication hook (DDPOptions::comm_hook, cohort/comm_hook.h) a launched bucket goes to
+// the hook on a thread of its own (CommQueue: in bucket order, like every rank), which returns its
+// average; the used flags of all buckets follow in one allreduce after the last bucket. Every
+// collective of the iteration then comes from that thread, so the order stays the same everywhere.
+//
 // Reference mode skips buckets: at the end of backward, one allreduce per gradient, in order.
 //
 // Monitoring (cohort/monitor.h): the end-of-backward callback marks the end of backward compute
@@ -26,8 +31,11 @@
 #include <string>
 #include <vector>
 
+#include "cohort/comm_hook.h"
 #include "cohort/distributed_data_parallel.h"
 #include "cohort/torch_compat.h"
+#include "comm_queue.h"
+#include "hook_comm.h"
 #include "monitor/worker_monitor.h"
 #include "runtime/shm_allreduce.h"
 
@@ -42,9 +50,11 @@ class GradReducer : public std::enable_shared_from_this<GradReducer> {
 
   /// `shm` (may be null) reduces CPU float buckets through shared memory instead of `group`.
   /// `monitor` (may be null) receives the phase marks and the gradient norm.
+  /// `comm` (may be null): the collectives buckets go through instead of `group` (the
+  /// hierarchical allreduce), with options.comm_hook or else a plain averaging hook.
   static std::shared_ptr<GradReducer> create(std::vector<Param> params, c10::intrusive_ptr<Backend> group,
                                              ShmAllreduce* shm, int rank, int world_size, const DDPOptions& options,
-                                             StepMonitor* monitor = nullptr);
+                                             StepMonitor* monitor = nullptr, std::unique_ptr<ReducerComm> comm = nullptr);
   ~GradReducer();
 
   void set_sync(bool enabled);
@@ -64,6 +74,7 @@ class GradReducer : public std::enable_shared_from_this<GradReducer> {
     WorkHandle work;                       // in flight on the process group, or
     std::shared_ptr<ShmPending> shm_work;  // in flight on the shared-memory allreduce
     uint64_t flight_seq = 0;               // work's flight-recorder entry (the shm engine keeps its own)
+    std::shared_future<void> hook_work;    // or with the communication hook
   };
   struct Slot {
     size_t bucket = 0;
@@ -75,7 +86,7 @@ class GradReducer : public std::enable_shared_from_this<GradReducer> {
   };
 
   GradReducer(std::vector<Param> params, c10::intrusive_ptr<Backend> group, ShmAllreduce* shm, int rank,
-              int world_size, const DDPOptions& options, StepMonitor* monitor);
+              int world_size, const DDPOptions& options, StepMonitor* monitor, std::unique_ptr<ReducerComm> comm);
   void check_grad_norm(const std::vector<torch::Tensor>& averaged);
   void build_buckets();
   void attach_hooks();
@@ -88,6 +99,10 @@ class GradReducer : public std::enable_shared_from_this<GradReducer> {
   void finish_reference();
   void wait(Bucket& bucket);
   void wait(WorkHandle& work, const char* what);
+  void setup_hook(std::unique_ptr<ReducerComm> comm);
+  void launch_hook(size_t k);
+  void launch_hook_flags();
+  void wait_hook(std::shared_future<void>& work, const std::string& what);
 
   std::vector<Param> params_;
   std::vector<Slot> slots_;
@@ -98,6 +113,11 @@ class GradReducer : public std::enable_shared_from_this<GradReducer> {
   int world_;
   DDPOptions options_;
   StepMonitor* monitor_;
+  std::shared_ptr<CommHook> hook_;          // null: the built-in allreduce
+  std::vector<GradBucket> hook_buckets_;    // views of the buckets, handed to the hook
+  std::unique_ptr<ReducerComm> hook_comm_;
+  std::unique_ptr<CommQueue> hook_queue_;   // after what its tasks use: its destructor runs them
+  std::shared_future<void> hook_flags_;     // the used flags' allreduce of this iteration
 
   mutable std::mutex mu_;
   bool sync_ = true;

@@ -57,8 +57,8 @@ std::string model_signature(const std::vector<NamedTensor>& tensors) {
   return os.str();
 }
 
-void check_same_model(Context& ctx, const std::vector<NamedTensor>& tensors) {
-  const std::string sig = model_signature(tensors);
+void check_same_model(Context& ctx, const std::vector<NamedTensor>& tensors, const std::string& settings) {
+  const std::string sig = model_signature(tensors) + settings;
   const auto hash = static_cast<int64_t>(XXH64(sig.data(), sig.size(), 0));
   auto hashes = allgather_int64(*ctx.group(), ctx.world_size(), hash, "model check");
   std::vector<int> differing;
@@ -70,20 +70,26 @@ void check_same_model(Context& ctx, const std::vector<NamedTensor>& tensors) {
   // Slow path, only on a mismatch: exchange the signatures through the store to name the
   // difference. Every rank reaches this point, because every rank saw the same hashes.
   const std::string prefix = "cohort/ddp/" + std::to_string(ctx.next_sequence()) + "/signature/";
-  ctx.store()->set(prefix + std::to_string(ctx.rank()), std::vector<uint8_t>(sig.begin(), sig.end()));
-  // Every rank names the same difference: the first differing rank against rank 0.
+  const std::string model = model_signature(tensors);
+  ctx.store()->set(prefix + std::to_string(ctx.rank()), std::vector<uint8_t>(model.begin(), model.end()));
+  ctx.store()->set(prefix + "settings/" + std::to_string(ctx.rank()),
+                   std::vector<uint8_t>(settings.begin(), settings.end()));
+  // Every rank names the same difference: the first differing rank against rank 0, the model first.
   const int first = differing.front();
-  auto get = [&](int r) {
-    auto bytes = ctx.store()->get(prefix + std::to_string(r));
+  auto get = [&](const std::string& key, int r) {
+    auto bytes = ctx.store()->get(prefix + key + std::to_string(r));
     return std::string(bytes.begin(), bytes.end());
   };
-  const std::string detail = first_difference(get(first), first, get(0), 0);
+  const bool model_differs = get("", first) != get("", 0);
+  const std::string what = model_differs ? "" : "settings/";
+  const std::string detail = first_difference(get(what, first), first, get(what, 0), 0);
   std::string ranks;
   for (int r : differing) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
-  throw ConfigError(ctx.rank(), "DistributedDataParallel: the model differs across ranks (rank" +
+  throw ConfigError(ctx.rank(), std::string("DistributedDataParallel: the ") + (model_differs ? "model" : "settings") +
+                                    " differ" + (model_differs ? "s" : "") + " across ranks (rank" +
                                     std::string(differing.size() > 1 ? "s " : " ") + ranks +
-                                    " differ from rank 0): " + detail +
-                                    ". Every rank must construct the same model.");
+                                    " differ from rank 0): " + detail + ". Every rank must construct the same " +
+                                    (model_differs ? "model." : "DistributedDataParallel options."));
 }
 
 void broadcast_from_rank0(Backend& group, const std::vector<torch::Tensor>& tensors, int64_t chunk_bytes) {

@@ -27,6 +27,7 @@
 #include "duration_text.h"
 #include "net_util.h"
 #include "shm_allreduce.h"
+#include "subgroup.h"
 #include "agent_link.h"
 #include "blas_core.h"
 #include "monitor/worker_monitor.h"
@@ -207,6 +208,26 @@ Context::Context(JobEnv env, c10::intrusive_ptr<c10d::Store> store, const InitOp
 }
 
 Context::~Context() = default;
+
+namespace detail {
+c10::intrusive_ptr<Backend> make_cpu_subgroup(const Context& ctx, const std::string& prefix, int rank, int size) {
+#ifdef COHORT_WITH_GLOO
+  auto opts = c10d::ProcessGroupGloo::Options::create(ctx.options().collective_timeout);
+  opts->devices.push_back(gloo_device(ctx.env()));
+  try {
+    return c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>(prefix, ctx.store()),
+                                                       rank, size, opts);
+  } catch (const std::exception& e) {
+    std::string cause = e.what();
+    throw CommError(ctx.rank(), "could not connect the Gloo subgroup " + prefix + " (" +
+                                    cause.substr(0, cause.find('\n')) + ")");
+  }
+#else
+  (void)ctx, (void)prefix, (void)rank, (void)size;
+  return {};
+#endif
+}
+}  // namespace detail
 
 c10::Device Context::device(c10::DeviceType type) const {
   if (type != c10::kCUDA) return c10::Device(type);

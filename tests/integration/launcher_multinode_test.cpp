@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
 #include <regex>
 
 #include "launcher_test_util.h"
@@ -75,4 +78,38 @@ TEST(LauncherMultiNode, LosingNodeZeroStopsTheOthers) {
   EXPECT_NE(r1.exit_code(), 0);
   EXPECT_NE(r1.err.find("lost contact with node 0"), std::string::npos) << r1.err;
   EXPECT_TRUE(all_gone_within(pids, 5));
+}
+
+TEST(LauncherMultiNode, TwoLoopbackNodesOfTwoRanksTrainThroughTheHierarchicalAllreduceWithPowerSGD) {
+  // Ranks 0-1 and 2-3 are two nodes (shared memory inside each, Gloo between): the example's DDP
+  // picks the hierarchical allreduce by itself; PowerSGD's P and Q go through it.
+  const int port = free_port_pair();
+  auto node = [&](int n) {
+    return node_cmd(n, 2, 2, port,
+                    {FASHION_MNIST_BIN, "--model", "mlp", "--batch-size", "16", "--max-steps", "8", "--warmup-steps",
+                     "2", "--no-eval", "--threads", "1", "--comm-hook", "powersgd", "--powersgd-rank", "2",
+                     "--powersgd-start", "3"});
+  };
+  Child n1(node(1));
+  Child n0(node(0));
+  Result r0 = n0.wait(240), r1 = n1.wait(240);
+  ASSERT_FALSE(r0.timed_out || r1.timed_out);
+  ASSERT_EQ(r0.exit_code(), 0) << r0.out << r0.err;
+  ASSERT_EQ(r1.exit_code(), 0) << r1.out << r1.err;
+  std::set<std::string> checksums;
+  int results = 0;
+  for (const std::string& out : {r0.out, r1.out}) {
+    std::istringstream lines(out);
+    for (std::string line; std::getline(lines, line);) {
+      const auto brace = line.find('{');
+      if (brace == std::string::npos || line.find("param_checksum") == std::string::npos) continue;
+      const auto j = nlohmann::json::parse(line.substr(brace));
+      EXPECT_EQ(j["allreduce"], "hierarchical") << line;
+      EXPECT_EQ(j["comm_hook"], "powersgd") << line;
+      checksums.insert(j["param_checksum"].dump());
+      ++results;
+    }
+  }
+  EXPECT_EQ(results, 4) << r0.out << r1.out;
+  EXPECT_EQ(checksums.size(), 1u) << "ranks ended with different parameters:\n" << r0.out << r1.out;
 }

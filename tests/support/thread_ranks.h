@@ -20,6 +20,9 @@ namespace cohort::testing {
 struct RankOptions {
   /// Ranks declare one machine (local world = world), which turns on the shared-memory allreduce.
   bool same_machine = false;
+  /// > 0: ranks declare nodes of this many ranks each (node-major), as `cohort run --nnodes`
+  /// numbers them; each node's ranks share memory, the nodes only the Gloo group.
+  int ranks_per_node = 0;
   InitOptions init;
 };
 
@@ -40,6 +43,10 @@ inline std::vector<std::exception_ptr> run_ranks_collect(int world, const std::f
         if (rank_options.same_machine) {
           env.local_rank = r;
           env.local_world_size = world;
+        } else if (rank_options.ranks_per_node > 0) {
+          env.local_rank = r % rank_options.ranks_per_node;
+          env.local_world_size = rank_options.ranks_per_node;
+          env.node_rank = r / rank_options.ranks_per_node;
         }
         InitOptions options = rank_options.init;
         auto ctx = std::make_shared<Context>(env, c10::make_intrusive<c10d::PrefixStore>(prefix, store), options);

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# DDP communication hooks on a slow link (issue 18): 2 "machines" as network namespaces joined by
+# veth pairs to a bridge in a switch namespace, every link shaped with tc to RATE both ways (tbf;
+# this kernel has no netem, so no added delay), 2 ranks per node. Side by side, ROUNDS rounds
+# interleaved: cohort (`cohort run --nnodes 2`) with the flat fp32 allreduce, the hierarchical one,
+# the fp16, bf16 and PowerSGD (rank 4) hooks over the flat allreduce, and PowerSGD over the
+# hierarchical one; PyTorch's Python DDP with its own hooks on the same libtorch, namespaces and
+# links (bench/peer_ddp.py, Debian's torch 1.13: no bf16 over Gloo there). Prints samples/s per
+# variant (median of rounds) and each one's ratio to its own side's flat fp32 run.
+# Timing, so a benchmark: run it on an otherwise idle machine. Needs root and iproute2.
+# The addresses (10.79.1.0/24) exist only inside the namespaces this script creates and removes.
+#   usage: [COHORT_BUILD=build] [RATE=100mbit] [MODELS="mlp cnn"] bench/comm_netns.sh [ROUNDS (1)] [STEPS (30)]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=${1:-1}
+steps=${2:-30}
+rate=${RATE:-100mbit}
+models=${MODELS:-mlp cnn}
+build=${COHORT_BUILD:-build}
+cli=$(realpath "$build/tools/cohort")
+example=$(realpath "$build/examples/fashion_mnist/fashion_mnist")
+peer=$(realpath bench/peer_ddp.py)
+[ -x "$cli" ] && [ -x "$example" ] || { echo "comm_netns: build first (bash scripts/setup.sh)" >&2; exit 2; }
+[ "$(id -u)" = 0 ] || { echo "comm_netns: needs root (ip netns)" >&2; exit 2; }
+work=$(mktemp -d /tmp/cohort_comm_netns.XXXXXX)
+id=$$
+sw=cohort_cw$id
+cleanup() {
+  pkill -9 -f "$work" 2>/dev/null || true
+  pkill -9 -f "$peer" 2>/dev/null || true
+  for i in 0 1; do ip netns del "cohort_c$i$id" 2>/dev/null || true; done
+  ip netns del "$sw" 2>/dev/null || true
+  [ -n "${KEEP:-}" ] || rm -rf "$work"
+}
+trap cleanup EXIT
+
+ip netns add "$sw"
+ip -n "$sw" link add br0 type bridge
+ip -n "$sw" link set br0 up
+for i in 0 1; do
+  ns=cohort_c$i$id
+  ip netns add "$ns"
+  ip link add "cc$i$id" type veth peer name "cw$i$id"
+  ip link set "cc$i$id" netns "$ns"
+  ip link set "cw$i$id" netns "$sw"
+  ip -n "$ns" addr add "10.79.1.$((i + 1))/24" dev "cc$i$id"
+  ip -n "$ns" link set "cc$i$id" up
+  ip -n "$ns" link set lo up
+  ip -n "$sw" link set "cw$i$id" master br0
+  ip -n "$sw" link set "cw$i$id" up
+  ip netns exec "$ns" tc qdisc add dev "cc$i$id" root tbf rate "$rate" burst 64kb latency 100ms
+  ip netns exec "$sw" tc qdisc add dev "cw$i$id" root tbf rate "$rate" burst 64kb latency 100ms
+done
+
+port=29700
+common=(--max-steps "$steps" --warmup-steps 10 --no-eval)
+# cohort_job MODEL HOOK ALLREDUCE OUT: cohort's example on both nodes, 2 ranks each; rank 0's JSON in OUT.
+cohort_job() {
+  local model=$1 hook=$2 algo=$3 out=$4 pids=() i
+  port=$((port + 1))
+  for i in 0 1; do
+    ip netns exec "cohort_c$i$id" "$cli" run --nnodes 2 --node-rank "$i" --nproc-per-node 2 --no-dashboard \
+      --master-addr 10.79.1.1 --master-port "$port" --rdzv-timeout 60 -- "$example" --model "$model" \
+      --comm-hook "$hook" --allreduce "$algo" --powersgd-rank 4 --powersgd-start 10 "${common[@]}" >"$out.node$i" 2>&1 &
+    pids+=($!)
+  done
+  for i in "${!pids[@]}"; do wait "${pids[$i]}" || { cat "$out.node$i" >&2; exit 1; }; done
+  grep -h '"rank":0' "$out.node0" | tail -1 >"$out"
+}
+# peer_job MODEL HOOK OUT: PyTorch's DDP, the same layout, started by hand (Debian's torchrun fails).
+peer_job() {
+  local model=$1 hook=$2 out=$3 pids=() node local_rank
+  port=$((port + 1))
+  for node in 0 1; do
+    for local_rank in 0 1; do
+      ip netns exec "cohort_c$node$id" env RANK=$((node * 2 + local_rank)) WORLD_SIZE=4 MASTER_ADDR=10.79.1.1 \
+        MASTER_PORT="$port" GLOO_SOCKET_IFNAME="cc$node$id" OMP_NUM_THREADS=1 \
+        /usr/bin/python3 "$peer" --model "$model" --comm-hook "$hook" --powersgd-rank 4 --powersgd-start 10 \
+        --threads 1 "${common[@]}" >"$out.r$((node * 2 + local_rank))" 2>&1 &
+      pids+=($!)
+    done
+  done
+  for i in "${!pids[@]}"; do wait "${pids[$i]}" || { cat "$out.r$i" >&2; exit 1; }; done
+  grep -h '"rank": 0' "$out.r0" | tail -1 >"$out"
+}
+variants="none:flat none:hierarchical fp16:flat bf16:flat powersgd:flat powersgd:hierarchical"
+for r in $(seq "$rounds"); do
+  for model in $models; do
+    for v in $variants; do
+      cohort_job "$model" "${v%%:*}" "${v##*:}" "$work/cohort-$model-$v-$r.json"
+      case $v in none:flat | fp16:flat | powersgd:flat) peer_job "$model" "${v%%:*}" "$work/peer-$model-$v-$r.json" ;; esac
+    done
+  done
+done
+python3 - "$work" "$rate" "$rounds" $models <<'PY'
+import json, statistics, sys, glob, os
+work, rate, rounds, models = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
+def sps(side, model, hook):
+    vals = []
+    for r in range(1, rounds + 1):
+        path = os.path.join(work, f"{side}-{model}-{hook}-{r}.json")
+        if os.path.exists(path) and os.path.getsize(path):
+            vals.append(json.load(open(path))["samples_per_s"])
+    return statistics.median(vals) if vals else None
+print(f"link {rate}, 2 nodes x 2 ranks, median of {rounds} round(s); samples/s (ratio to the same side's flat fp32)")
+print(f"{'model':5} {'hook:allreduce':22} {'cohort':>16} {'pytorch':>16} {'cohort/pytorch':>15}")
+for model in models:
+    base = {side: sps(side, model, "none:flat") for side in ("cohort", "peer")}
+    for v in ("none:flat", "none:hierarchical", "fp16:flat", "bf16:flat", "powersgd:flat", "powersgd:hierarchical"):
+        c, p = sps("cohort", model, v), sps("peer", model, v)
+        cell = lambda x, b: f"{x:8.1f} ({x / b:4.2f}x)" if x and b else f"{'-':>16}"
+        ratio = f"{c / p:15.2f}" if c and p else f"{'-':>15}"
+        print(f"{model:5} {v:22} {cell(c, base['cohort']):>16} {cell(p, base['peer']):>16} {ratio}")
+PY

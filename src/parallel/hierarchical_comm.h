@@ -1,0 +1,50 @@
+// HierarchicalComm: allreduce in two levels for jobs with several ranks on each of several nodes
+// (internal; docs/communication.md).
+//
+//   1. inside each node, a reduce-scatter through shared memory: local rank l gets the node's sum
+//      of part l of the tensor (parts of n/L, L ranks per node);
+//   2. between nodes, local rank l of every node allreduces part l over Gloo (L groups of N ranks,
+//      one per local rank, all at once: every rank of a node uses the link, none is idle);
+//   3. inside each node, an allgather through shared memory puts every part everywhere.
+// Between nodes each node sends 2(N-1)/N of the tensor in all, where a flat ring over W = N·L
+// ranks sends 2(W-1)/W from each rank whose successor is on another node — and the flat ring
+// also waits, step by step, for its slowest link. Parts are copied, so every rank ends with
+// bitwise the same bytes. Float and double only (the shared-memory engine's types); other dtypes
+// (the fp16 and bf16 hooks) go through the flat path.
+//
+// Needs node-major ranks (rank = node · L + local rank, as `cohort run` and torchrun assign
+// them), the same L on every node, and shared memory on every node; available() says why not.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "cohort/context.h"
+#include "hook_comm.h"
+
+namespace cohort::detail {
+
+class HierarchicalComm final : public ReducerComm {
+ public:
+  /// Why this job cannot use it ("" if it can); the same verdict on every rank, from the job's
+  /// layout alone.
+  static std::string unavailable(const Context& ctx);
+  /// Collective: every rank of the job calls it together (it connects the groups). Null on every
+  /// rank alike, with `why` set, when some node could not map its shared memory.
+  static std::unique_ptr<HierarchicalComm> create(Context& ctx, std::string& why);
+  ~HierarchicalComm() override;
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_; }
+  void allreduce_sum(at::Tensor& t) override;
+  const char* name() const override { return "hierarchical"; }
+
+ private:
+  HierarchicalComm(Context& ctx, std::unique_ptr<ShmAllreduce> node);
+  int rank_, world_, local_rank_, local_world_;
+  std::unique_ptr<ShmAllreduce> node_;           // this node's ranks
+  c10::intrusive_ptr<Backend> cross_;            // the ranks of this local rank, one per node
+  std::unique_ptr<GroupHookComm> flat_;          // dtypes the shared memory cannot sum
+};
+
+}  // namespace cohort::detail

@@ -1,0 +1,56 @@
+// GroupHookComm: the collectives a DDP communication hook calls (cohort/comm_hook.h), internal.
+//
+// allreduce_sum picks, per tensor, the same path on every rank (it depends only on the tensor's
+// dtype and the job): nothing for a world of one; the shared-memory engine for float/double when
+// every rank shares the machine; a ring of send/recv for bf16 on Gloo (torch 1.13's Gloo cannot
+// sum bf16; the ring sums in bf16, as a backend would); the process group otherwise (fp16 on
+// Gloo, everything on NCCL). Every call is in the flight recorder as a gradient reduction, so the
+// monitor's comm_bytes and compression count what went on the wire.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "cohort/comm_hook.h"
+#include "cohort/torch_compat.h"
+#include "runtime/shm_allreduce.h"
+
+namespace cohort::detail {
+
+/// What DDP needs of the collectives it hands its hook.
+class ReducerComm : public HookComm {
+ public:
+  /// The bucket the calls belong to (flight-recorder index); set before each hook call.
+  void set_bucket(int index) { bucket_ = index; }
+  /// Bytes summed since construction (what this rank put on the wire for its hooks).
+  int64_t bytes() const { return bytes_.load(std::memory_order_relaxed); }
+  /// "flat" or "hierarchical": DDP's settings line, compared across ranks.
+  virtual const char* name() const = 0;
+
+ protected:
+  int bucket_ = -1;
+  std::atomic<int64_t> bytes_{0};
+};
+
+class GroupHookComm final : public ReducerComm {
+ public:
+  GroupHookComm(c10::intrusive_ptr<Backend> group, ShmAllreduce* shm, int rank, int world)
+      : group_(std::move(group)), shm_(shm), rank_(rank), world_(world) {}
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_; }
+  void allreduce_sum(at::Tensor& t) override;
+  const char* name() const override { return "flat"; }
+
+ private:
+  void ring_allreduce(at::Tensor& t);
+  c10::intrusive_ptr<Backend> group_;
+  ShmAllreduce* shm_;
+  int rank_;
+  int world_;
+  uint32_t ring_calls_ = 0;  // ring tags: the same sequence on every rank
+};
+
+}  // namespace cohort::detail
