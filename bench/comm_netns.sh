@@ -9,7 +9,8 @@
 # variant (median of rounds) and each one's ratio to its own side's flat fp32 run.
 # Timing, so a benchmark: run it on an otherwise idle machine. Needs root and iproute2.
 # The addresses (10.79.1.0/24) exist only inside the namespaces this script creates and removes.
-#   usage: [COHORT_BUILD=build] [RATE=100mbit] [MODELS="mlp cnn"] bench/comm_netns.sh [ROUNDS (1)] [STEPS (30)]
+#   usage: [COHORT_BUILD=build] [RATE=100mbit] [MODELS="mlp cnn"] [VARIANTS="none:flat fp16:flat ..."]
+#          [PEER_TIMEOUT=240] bench/comm_netns.sh [ROUNDS (1)] [STEPS (30)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-1}
@@ -90,7 +91,7 @@ peer_job() {
     echo "comm_netns: PyTorch's $model --comm-hook $hook failed or hung (over ${PEER_TIMEOUT:-240} s); skipped" >&2
   fi
 }
-variants="none:flat none:hierarchical fp16:flat bf16:flat powersgd:flat powersgd:hierarchical"
+variants=${VARIANTS:-none:flat none:hierarchical fp16:flat bf16:flat powersgd:flat powersgd:hierarchical}
 for r in $(seq "$rounds"); do
   for model in $models; do
     for v in $variants; do
@@ -115,6 +116,8 @@ for model in models:
     base = {side: sps(side, model, "none:flat") for side in ("cohort", "peer")}
     for v in ("none:flat", "none:hierarchical", "fp16:flat", "bf16:flat", "powersgd:flat", "powersgd:hierarchical"):
         c, p = sps("cohort", model, v), sps("peer", model, v)
+        if not c and not p:
+            continue  # not run (VARIANTS)
         cell = lambda x, b: f"{x:8.1f} ({x / b:4.2f}x)" if x and b else f"{'-':>16}"
         ratio = f"{c / p:15.2f}" if c and p else f"{'-':>15}"
         print(f"{model:5} {v:22} {cell(c, base['cohort']):>16} {cell(p, base['peer']):>16} {ratio}")
