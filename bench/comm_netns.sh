@@ -10,7 +10,7 @@
 # Timing, so a benchmark: run it on an otherwise idle machine. Needs root and iproute2.
 # The addresses (10.79.1.0/24) exist only inside the namespaces this script creates and removes.
 #   usage: [COHORT_BUILD=build] [RATE=100mbit] [MODELS="mlp cnn"] [VARIANTS="none:flat fp16:flat ..."]
-#          [PEER_TIMEOUT=240] bench/comm_netns.sh [ROUNDS (1)] [STEPS (30)]
+#          [PEER_TIMEOUT=240] [PEER_PYTHON=/usr/bin/python3 (or a venv with PyTorch 2.x)] bench/comm_netns.sh [ROUNDS (1)] [STEPS (30)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-1}
@@ -76,7 +76,7 @@ peer_job() {
     for local_rank in 0 1; do
       ip netns exec "cohort_c$node$id" env RANK=$((node * 2 + local_rank)) WORLD_SIZE=4 MASTER_ADDR=10.79.1.1 \
         MASTER_PORT="$port" GLOO_SOCKET_IFNAME="cc$node$id" OMP_NUM_THREADS=1 \
-        timeout -s KILL "${PEER_TIMEOUT:-240}" /usr/bin/python3 "$peer" --model "$model" --comm-hook "$hook" --powersgd-rank 4 --powersgd-start 10 \
+        timeout -s KILL "${PEER_TIMEOUT:-240}" "${PEER_PYTHON:-/usr/bin/python3}" "$peer" --model "$model" --comm-hook "$hook" --powersgd-rank 4 --powersgd-start 10 \
         --threads 1 "${common[@]}" >"$out.r$((node * 2 + local_rank))" 2>&1 &
       pids+=($!)
     done
