@@ -339,10 +339,10 @@ int main(int argc, char** argv) {
     if (f.model == "mlp") return train(f, Mlp());
     return train(f, Cnn());
   } catch (const cohort::Error& e) {
-    std::cerr << "fashion_mnist: " << e.what() << std::endl;
+    std::cerr << "fashion_mnist: " + std::string(e.what()) + "\n" << std::flush;
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "fashion_mnist: " << e.what() << std::endl;
+    std::cerr << "fashion_mnist: " + std::string(e.what()) + "\n" << std::flush;
     return 1;
   }
 }

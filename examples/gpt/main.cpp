@@ -127,10 +127,10 @@ int main(int argc, char** argv) {
   try {
     return run(o, ov);
   } catch (const cohort::Error& e) {
-    std::cerr << "gpt: " << e.what() << std::endl;
+    std::cerr << "gpt: " + std::string(e.what()) + "\n" << std::flush;
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "gpt: " << e.what() << std::endl;
+    std::cerr << "gpt: " + std::string(e.what()) + "\n" << std::flush;
     return 1;
   }
 }

@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
     std::cout << "done rank " << ctx->rank() << " steps " << steps << std::endl;
     return 0;
   } catch (const cohort::Error& e) {
-    std::cerr << e.what() << std::endl;
+    std::cerr << std::string(e.what()) + "\n" << std::flush;  // one write: ranks share the pipe
     return 2;
   }
 }

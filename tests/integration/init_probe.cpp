@@ -22,7 +22,7 @@ int main() {
     ctx->barrier();
     return 0;
   } catch (const cohort::Error& e) {
-    std::cerr << e.what() << std::endl;
+    std::cerr << std::string(e.what()) + "\n" << std::flush;  // one write: ranks share the pipe
     return 2;
   }
 }

@@ -42,7 +42,7 @@ int main() {
     std::cout << "before " << before << " after " << after << " retained " << retained << std::endl;
     return 0;
   } catch (const cohort::Error& e) {
-    std::cerr << e.what() << std::endl;
+    std::cerr << std::string(e.what()) + "\n" << std::flush;  // one write: ranks share the pipe
     return 2;
   }
 }
