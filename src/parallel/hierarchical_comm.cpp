@@ -66,10 +66,7 @@ HierarchicalComm::HierarchicalComm(Context& ctx, std::unique_ptr<ShmAllreduce> n
 HierarchicalComm::~HierarchicalComm() = default;
 
 void HierarchicalComm::allreduce_sum(at::Tensor& t) {
-  if (!t.is_contiguous()) {
-    throw ConfigError(rank_, "DDP comm hook: allreduce_sum needs a contiguous tensor (bucket " +
-                                 std::to_string(bucket_) + ")");
-  }
+  check_contiguous(t);
   if (t.numel() == 0) return;
   if (!ShmAllreduce::supports(t)) {
     flat_->set_bucket(bucket_);
@@ -78,28 +75,20 @@ void HierarchicalComm::allreduce_sum(at::Tensor& t) {
     return;
   }
   torch::NoGradGuard no_grad;
-  const int64_t n = t.numel();
-  const int64_t chunk = (n + local_world_ - 1) / local_world_;
-  at::Tensor flat = chunk * local_world_ == n ? t.view({n}) : at::zeros({chunk * local_world_}, t.options());
-  if (flat.data_ptr() != t.data_ptr()) flat.narrow(0, 0, n).copy_(t.view({n}));
-  at::Tensor part = flat.narrow(0, local_rank_ * chunk, chunk);
+  const PaddedFlat padded = PaddedFlat::of(t, local_world_);
+  at::Tensor flat = padded.flat;
+  at::Tensor part = flat.narrow(0, local_rank_ * padded.chunk, padded.chunk);
   node_->reduce_scatter_async(flat, part, 1.0, "ddp node reduce-scatter", bucket_, /*gradient=*/true)->wait();
   {
     std::vector<at::Tensor> tensors{part};
     FlightScope entry(flight_op("allreduce", "ddp between nodes", bucket_, part, nullptr, /*gradient=*/true));
     auto work = cross_->allreduce(tensors);
-    try {
-      work->wait();
-    } catch (const std::exception& e) {
-      const std::string cause = e.what();
-      throw CommError(rank_, "DDP hierarchical allreduce between nodes failed; a peer may have died or hung (" +
-                                 cause.substr(0, cause.find('\n')) + ")");
-    }
+    wait_for(work, rank_, "hierarchical allreduce between nodes");
     entry.done();
   }
   bytes_.fetch_add(static_cast<int64_t>(part.nbytes()), std::memory_order_relaxed);
   node_->allgather_async(flat, "ddp node allgather", bucket_)->wait();
-  if (flat.data_ptr() != t.data_ptr()) t.view({n}).copy_(flat.narrow(0, 0, n));
+  padded.copy_back(t);
 }
 
 }  // namespace cohort::detail

@@ -19,6 +19,18 @@
 
 namespace cohort::detail {
 
+/// Waits for `work`; a failure becomes the CommError "DDP <what> failed; a peer may have died ...".
+void wait_for(WorkHandle& work, int rank, const char* what);
+
+/// `t` as one flat tensor whose length divides by `parts`: a view of `t` where it already does,
+/// else a zero-padded copy (copy_back then writes the first t.numel() elements into `t`).
+struct PaddedFlat {
+  at::Tensor flat;
+  int64_t chunk = 0;  // flat.numel() / parts
+  void copy_back(at::Tensor& t) const;
+  static PaddedFlat of(const at::Tensor& t, int parts);
+};
+
 /// What DDP needs of the collectives it hands its hook.
 class ReducerComm : public HookComm {
  public:
@@ -30,6 +42,8 @@ class ReducerComm : public HookComm {
   virtual const char* name() const = 0;
 
  protected:
+  /// allreduce_sum's precondition, the same message for every implementation.
+  void check_contiguous(const at::Tensor& t) const;
   int bucket_ = -1;
   std::atomic<int64_t> bytes_{0};
 };
