@@ -29,29 +29,14 @@ sw=cohort_cw$id
 cleanup() {
   pkill -9 -f "$work" 2>/dev/null || true
   pkill -9 -f "$peer" 2>/dev/null || true
-  for i in 0 1; do ip netns del "cohort_c$i$id" 2>/dev/null || true; done
+  for i in 0 1; do ip netns del "cohort_c${id}_$i" 2>/dev/null || true; done
   ip netns del "$sw" 2>/dev/null || true
   [ -n "${KEEP:-}" ] || rm -rf "$work"
 }
 trap cleanup EXIT
 
-ip netns add "$sw"
-ip -n "$sw" link add br0 type bridge
-ip -n "$sw" link set br0 up
-for i in 0 1; do
-  ns=cohort_c$i$id
-  ip netns add "$ns"
-  ip link add "cc$i$id" type veth peer name "cw$i$id"
-  ip link set "cc$i$id" netns "$ns"
-  ip link set "cw$i$id" netns "$sw"
-  ip -n "$ns" addr add "10.79.1.$((i + 1))/24" dev "cc$i$id"
-  ip -n "$ns" link set "cc$i$id" up
-  ip -n "$ns" link set lo up
-  ip -n "$sw" link set "cw$i$id" master br0
-  ip -n "$sw" link set "cw$i$id" up
-  ip netns exec "$ns" tc qdisc add dev "cc$i$id" root tbf rate "$rate" burst 64kb latency 100ms
-  ip netns exec "$sw" tc qdisc add dev "cw$i$id" root tbf rate "$rate" burst 64kb latency 100ms
-done
+. bench/netns_star.sh
+netns_star "$sw" "cohort_c${id}_" "cc${id}_" 10.79.1 2 "$rate"
 
 port=29700
 common=(--max-steps "$steps" --warmup-steps 10 --no-eval)
@@ -60,7 +45,7 @@ cohort_job() {
   local model=$1 hook=$2 algo=$3 out=$4 pids=() i
   port=$((port + 1))
   for i in 0 1; do
-    ip netns exec "cohort_c$i$id" "$cli" run --nnodes 2 --node-rank "$i" --nproc-per-node 2 --no-dashboard \
+    ip netns exec "cohort_c${id}_$i" "$cli" run --nnodes 2 --node-rank "$i" --nproc-per-node 2 --no-dashboard \
       --master-addr 10.79.1.1 --master-port "$port" --rdzv-timeout 60 -- "$example" --model "$model" \
       --comm-hook "$hook" --allreduce "$algo" --powersgd-rank 4 --powersgd-start 10 "${common[@]}" >"$out.node$i" 2>&1 &
     pids+=($!)
@@ -74,8 +59,8 @@ peer_job() {
   port=$((port + 1))
   for node in 0 1; do
     for local_rank in 0 1; do
-      ip netns exec "cohort_c$node$id" env RANK=$((node * 2 + local_rank)) WORLD_SIZE=4 MASTER_ADDR=10.79.1.1 \
-        MASTER_PORT="$port" GLOO_SOCKET_IFNAME="cc$node$id" OMP_NUM_THREADS=1 \
+      ip netns exec "cohort_c${id}_$node" env RANK=$((node * 2 + local_rank)) WORLD_SIZE=4 MASTER_ADDR=10.79.1.1 \
+        MASTER_PORT="$port" GLOO_SOCKET_IFNAME="cc${id}_$node" OMP_NUM_THREADS=1 \
         timeout -s KILL "${PEER_TIMEOUT:-240}" "${PEER_PYTHON:-/usr/bin/python3}" "$peer" --model "$model" --comm-hook "$hook" --powersgd-rank 4 --powersgd-start 10 \
         --threads 1 "${common[@]}" >"$out.r$((node * 2 + local_rank))" 2>&1 &
       pids+=($!)

@@ -23,31 +23,15 @@ id=$$
 sw=cohort_sw$id
 cleanup() {
   pkill -9 -f "$work" 2>/dev/null || true
-  for i in 0 1 2; do ip netns del "cohort_n$i$id" 2>/dev/null || true; done
+  for i in 0 1 2; do ip netns del "cohort_n${id}_$i" 2>/dev/null || true; done
   ip netns del "$sw" 2>/dev/null || true
   [ -n "${KEEP:-}" ] || rm -rf "$work"
 }
 trap cleanup EXIT
 
 # The star: n0..n2 at 10.79.0.1-3, a bridge in $sw; tbf at $rate on both ends of each veth.
-ip netns add "$sw"
-ip -n "$sw" link add br0 type bridge
-ip -n "$sw" link set br0 up
-ip -n "$sw" link set lo up
-for i in 0 1 2; do
-  ns=cohort_n$i$id
-  ip netns add "$ns"
-  ip link add "cn$i$id" type veth peer name "cs$i$id"
-  ip link set "cn$i$id" netns "$ns"
-  ip link set "cs$i$id" netns "$sw"
-  ip -n "$ns" addr add "10.79.0.$((i + 1))/24" dev "cn$i$id"
-  ip -n "$ns" link set "cn$i$id" up
-  ip -n "$ns" link set lo up
-  ip -n "$sw" link set "cs$i$id" master br0
-  ip -n "$sw" link set "cs$i$id" up
-  ip netns exec "$ns" tc qdisc add dev "cn$i$id" root tbf rate "$rate" burst 64kb latency 100ms
-  ip netns exec "$sw" tc qdisc add dev "cs$i$id" root tbf rate "$rate" burst 64kb latency 100ms
-done
+. bench/netns_star.sh
+netns_star "$sw" "cohort_n${id}_" "cn${id}_" 10.79.0 3 "$rate"
 
 port=29600
 # job NODES DIR: the CNN on NODES namespaces, one rank each; node 0's event log in DIR.
@@ -56,7 +40,7 @@ job() {
   port=$((port + 1))
   for i in $(seq 0 $((nodes - 1))); do
     local log=(); [ "$i" = 0 ] && log=(--log-dir "$dir")
-    ip netns exec "cohort_n$i$id" "$cli" run --nnodes "$nodes" --node-rank "$i" --nproc-per-node 1 --no-dashboard \
+    ip netns exec "cohort_n${id}_$i" "$cli" run --nnodes "$nodes" --node-rank "$i" --nproc-per-node 1 --no-dashboard \
       --master-addr 10.79.0.1 --master-port "$port" --rdzv-timeout 60 "${log[@]}" -- "$example" --max-steps "$steps" \
       --no-eval >"$dir.node$i.out" 2>&1 &
     pids+=($!)
