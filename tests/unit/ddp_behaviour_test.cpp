@@ -99,7 +99,7 @@ TEST(DdpUnusedParameters, NoHangAndTheSameGradientsAsReferenceMode) {
   const auto init = snapshot(*BranchyNet());  // made here: threads drawing from the global RNG would race
   for (double cap : {25.0, 1e-6}) {
     std::vector<std::vector<torch::Tensor>> grads(2), ref_grads(2);
-    std::vector<bool> never_has_grad(2, true);
+    std::vector<char> never_has_grad(2, true);  // not vector<bool>: its bits share words, and the ranks write at once
     run_ranks(2, [&](std::shared_ptr<cohort::Context> ctx) {
       const int r = ctx->rank();
       for (bool reference : {false, true}) {

@@ -223,7 +223,7 @@ TEST(WorkerMonitor, NanLossGivenToStepWithStopThrows) {
 struct SkipRun {
   std::vector<std::vector<torch::Tensor>> final_params, before_bad, after_bad;
   std::vector<int64_t> skipped;
-  std::vector<bool> record_skipped;
+  std::vector<char> record_skipped;  // not vector<bool>: its bits share words, and the ranks write at once
 };
 SkipRun run_with_bad_step(int steps, int bad, bool poison) {
   const int world = 2;
@@ -362,7 +362,7 @@ TEST(WorkerMonitor, ShardedDataParallelMarksPhasesAndCountsBytes) {
 TEST(WorkerMonitor, ShardedClipGradNormAppliesTheSkipPolicy) {
   const int world = 2;
   const auto batches = make_batches(3, 8);
-  std::vector<bool> unchanged(world, false);
+  std::vector<char> unchanged(world, false);  // not vector<bool>: its bits share words, and the ranks write at once
   std::vector<int64_t> skipped(world, 0);
   run_ranks(world, [&](std::shared_ptr<cohort::Context> ctx) {
     const int r = ctx->rank();
