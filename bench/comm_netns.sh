@@ -4,8 +4,10 @@
 # this kernel has no netem, so no added delay), 2 ranks per node. Side by side, ROUNDS rounds
 # interleaved: cohort (`cohort run --nnodes 2`) with the flat fp32 allreduce, the hierarchical one,
 # the fp16, bf16 and PowerSGD (rank 4) hooks over the flat allreduce, and PowerSGD over the
-# hierarchical one; PyTorch's Python DDP with its own hooks on the same libtorch, namespaces and
-# links (bench/peer_ddp.py, Debian's torch 1.13: no bf16 over Gloo there). Prints samples/s per
+# hierarchical one; local SGD and DiLoCo (variants local:H and diloco:H: parameters synchronised
+# every H steps, averaged or through the Nesterov outer step); PyTorch's Python DDP with its own
+# hooks, and its PeriodicModelAverager for local:H, on the same libtorch, namespaces and links
+# (bench/peer_ddp.py, Debian's torch 1.13: no bf16 over Gloo there). Prints samples/s per
 # variant (median of rounds) and each one's ratio to its own side's flat fp32 run.
 # Timing, so a benchmark: run it on an otherwise idle machine. Needs root and iproute2.
 # The addresses (10.79.1.0/24) exist only inside the namespaces this script creates and removes.
@@ -41,27 +43,34 @@ netns_star "$sw" "cohort_c${id}_" "cc${id}_" 10.79.1 2 "$rate"
 port=29700
 common=(--max-steps "$steps" --warmup-steps 10 --no-eval)
 # cohort_job MODEL HOOK ALLREDUCE OUT: cohort's example on both nodes, 2 ranks each; rank 0's JSON in OUT.
+# HOOK local or diloco: ALLREDUCE is local SGD's H.
 cohort_job() {
-  local model=$1 hook=$2 algo=$3 out=$4 pids=() i
+  local model=$1 hook=$2 algo=$3 out=$4 pids=() i mode
+  case $hook in
+    local) mode=(--local-sgd "$algo" --outer average) ;;
+    diloco) mode=(--local-sgd "$algo" --outer nesterov) ;;
+    *) mode=(--comm-hook "$hook" --allreduce "$algo" --powersgd-rank 4 --powersgd-start 10) ;;
+  esac
   port=$((port + 1))
   for i in 0 1; do
     ip netns exec "cohort_c${id}_$i" "$cli" run --nnodes 2 --node-rank "$i" --nproc-per-node 2 --no-dashboard \
       --master-addr 10.79.1.1 --master-port "$port" --rdzv-timeout 60 -- "$example" --model "$model" \
-      --comm-hook "$hook" --allreduce "$algo" --powersgd-rank 4 --powersgd-start 10 "${common[@]}" >"$out.node$i" 2>&1 &
+      "${mode[@]}" "${common[@]}" >"$out.node$i" 2>&1 &
     pids+=($!)
   done
   for i in "${!pids[@]}"; do wait "${pids[$i]}" || { cat "$out.node$i" >&2; exit 1; }; done
   grep -h '"rank":0' "$out.node0" | tail -1 | sed 's/^\[[0-9]*\] //' >"$out"
 }
-# peer_job MODEL HOOK OUT: PyTorch's DDP, the same layout, started by hand (Debian's torchrun fails).
+# peer_job MODEL HOOK OUT [H]: PyTorch's DDP, the same layout, started by hand (Debian's torchrun
+# fails); with H, no DDP but parameters averaged every H steps.
 peer_job() {
-  local model=$1 hook=$2 out=$3 pids=() node local_rank
+  local model=$1 hook=$2 out=$3 every=${4:-0} pids=() node local_rank
   port=$((port + 1))
   for node in 0 1; do
     for local_rank in 0 1; do
       ip netns exec "cohort_c${id}_$node" env RANK=$((node * 2 + local_rank)) WORLD_SIZE=4 MASTER_ADDR=10.79.1.1 \
         MASTER_PORT="$port" GLOO_SOCKET_IFNAME="cc${id}_$node" OMP_NUM_THREADS=1 \
-        timeout -s KILL "${PEER_TIMEOUT:-240}" "${PEER_PYTHON:-/usr/bin/python3}" "$peer" --model "$model" --comm-hook "$hook" --powersgd-rank 4 --powersgd-start 10 \
+        timeout -s KILL "${PEER_TIMEOUT:-240}" "${PEER_PYTHON:-/usr/bin/python3}" "$peer" --model "$model" --comm-hook "$hook" --powersgd-rank 4 --powersgd-start 10 --local-sgd "$every" \
         --threads 1 "${common[@]}" >"$out.r$((node * 2 + local_rank))" 2>&1 &
       pids+=($!)
     done
@@ -81,13 +90,16 @@ for r in $(seq "$rounds"); do
   for model in $models; do
     for v in $variants; do
       cohort_job "$model" "${v%%:*}" "${v##*:}" "$work/cohort-$model-$v-$r.json"
-      case $v in none:flat | fp16:flat | powersgd:flat) peer_job "$model" "${v%%:*}" "$work/peer-$model-$v-$r.json" ;; esac
+      case $v in
+        none:flat | fp16:flat | powersgd:flat) peer_job "$model" "${v%%:*}" "$work/peer-$model-$v-$r.json" ;;
+        local:*) peer_job "$model" none "$work/peer-$model-$v-$r.json" "${v##*:}" ;;
+      esac
     done
   done
 done
-python3 - "$work" "$rate" "$rounds" $models <<'PY'
+python3 - "$work" "$rate" "$rounds" "$variants" $models <<'PY'
 import json, statistics, sys, glob, os
-work, rate, rounds, models = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
+work, rate, rounds, variants, models = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4].split(), sys.argv[5:]
 def sps(side, model, hook):
     vals = []
     for r in range(1, rounds + 1):
@@ -99,7 +111,7 @@ print(f"link {rate}, 2 nodes x 2 ranks, median of {rounds} round(s); samples/s (
 print(f"{'model':5} {'hook:allreduce':22} {'cohort':>16} {'pytorch':>16} {'cohort/pytorch':>15}")
 for model in models:
     base = {side: sps(side, model, "none:flat") for side in ("cohort", "peer")}
-    for v in ("none:flat", "none:hierarchical", "fp16:flat", "bf16:flat", "powersgd:flat", "powersgd:hierarchical"):
+    for v in variants:
         c, p = sps("cohort", model, v), sps("peer", model, v)
         if not c and not p:
             continue  # not run (VARIANTS)

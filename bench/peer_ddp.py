@@ -7,6 +7,9 @@ fails under Python 3.11). Prints one JSON line per rank, with the example's fiel
 --plain trains one process without torch.distributed (the scaling-efficiency baseline).
 --comm-hook registers PyTorch's own DDP communication hook (fp16_compress_hook, bf16_compress_hook,
 powerSGD_hook), the peers of cohort's hooks in bench/comm_netns.sh.
+--local-sgd H trains without DDP and averages the parameters every H steps with PyTorch's
+PeriodicModelAverager (what PostLocalSGDOptimizer does after its warm-up): the peer of cohort's
+LocalSGD with outer=average.
 """
 import argparse, gzip, json, os, struct, time
 
@@ -67,6 +70,7 @@ def main():
     p.add_argument("--comm-hook", default="none", choices=["none", "fp16", "bf16", "powersgd"])
     p.add_argument("--powersgd-rank", type=int, default=4)
     p.add_argument("--powersgd-start", type=int, default=10)
+    p.add_argument("--local-sgd", type=int, default=0, help="average the parameters every H steps instead of DDP")
     p.add_argument("--no-eval", action="store_true", help="accepted for the example's flags; the peer never evaluates")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
@@ -85,7 +89,13 @@ def main():
     loader = DataLoader(dataset, batch_size=a.batch_size, sampler=sampler)
 
     model = Cnn() if a.model == "cnn" else Mlp()
-    if distributed:
+    averager = None
+    if distributed and a.local_sgd > 0:
+        from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
+        for t in list(model.parameters()) + list(model.buffers()):  # rank 0's values, as DDP does
+            dist.broadcast(t.data, 0)
+        averager = PeriodicModelAverager(period=a.local_sgd, warmup_steps=0)
+    elif distributed:
         model = nn.parallel.DistributedDataParallel(model)
         if a.comm_hook != "none":
             from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook as psgd
@@ -107,6 +117,8 @@ def main():
             loss = F.nll_loss(model(x), y)
             loss.backward()
             opt.step()
+            if averager:
+                averager.average_parameters(model.parameters())
             step += 1
             if step == a.warmup_steps:
                 start = time.perf_counter()
@@ -117,7 +129,7 @@ def main():
     timed = step - a.warmup_steps
     print(json.dumps({"rank": rank, "world_size": world, "model": a.model, "steps": step,
                       "final_loss": loss.item(), "samples_per_s": timed * a.batch_size * world / elapsed,
-                      "peer": "pytorch-ddp" if distributed else "pytorch-plain", "comm_hook": a.comm_hook}), flush=True)
+                      "peer": "pytorch-ddp" if distributed else "pytorch-plain", "comm_hook": a.comm_hook, "local_sgd": a.local_sgd}), flush=True)
     if distributed:
         dist.destroy_process_group()
 

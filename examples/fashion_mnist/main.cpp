@@ -47,6 +47,10 @@ struct Flags {
   int powersgd_rank = 4;
   int64_t powersgd_start = 10;     // steps of plain allreduce before PowerSGD compresses
   std::string allreduce = "automatic";  // or flat, hierarchical (cohort::AllreduceAlgo)
+  int64_t local_sgd = 0;           // cohort/local_sgd.h: synchronise the parameters every H steps (0: DDP)
+  std::string outer = "average";   // local SGD: average, or nesterov (DiLoCo)
+  double outer_lr = 0.7;
+  double outer_momentum = 0.9;
   bool no_eval = false;
   bool plain = false;
   int log_every = 100;
@@ -106,10 +110,11 @@ std::string momentum_checksum(torch::optim::SGD& optimizer) {
   return hex;
 }
 
+// `after_step` runs after each optimizer step (local SGD counts its steps there).
 template <typename Forward>
 Outcome train_loop(const Flags& flags, FashionMnist& train_set, cohort::DistributedSampler& sampler,
                    torch::nn::Module& module, Forward forward, int rank, int world,
-                   cohort::Checkpointer* checkpoints) {
+                   cohort::Checkpointer* checkpoints, const std::function<void()>& after_step = [] {}) {
   SampleLog sample_log(flags.log_samples, rank, world);  // --log-samples: which samples each step used
   auto loader = torch::data::make_data_loader(train_set, sample_log.sampler(sampler),
                                               torch::data::DataLoaderOptions(flags.batch_size));
@@ -144,6 +149,7 @@ Outcome train_loop(const Flags& flags, FashionMnist& train_set, cohort::Distribu
         loss = loss * std::numeric_limits<double>::quiet_NaN();  // its gradients become NaN too
       loss.backward();  // with DDP, gradients are averaged across ranks here
       optimizer.step();
+      after_step();
       out.last_loss = loss.template item<double>();
       ++out.steps;
       // Step time and its phases, samples/s, gradient norm, memory, communication: to the agent.
@@ -211,6 +217,14 @@ int train(const Flags& flags, Net net) {
   if (flags.train_limit > 0) train_size = std::min<size_t>(train_size, static_cast<size_t>(flags.train_limit));
   cohort::DistributedSampler sampler(train_size, rank, world, {.shuffle = true, .seed = flags.seed});
 
+  std::unique_ptr<cohort::Checkpointer> checkpoints;
+  if (!flags.plain && !flags.ckpt_dir.empty()) {
+    cohort::CheckpointOptions options;
+    options.every_steps = flags.ckpt_every;
+    options.keep_last = flags.ckpt_keep;
+    options.async = !flags.ckpt_sync;
+    checkpoints = std::make_unique<cohort::Checkpointer>(flags.ckpt_dir, ctx, options);
+  }
   Outcome outcome;
   nlohmann::json result = {{"rank", rank}, {"world_size", world}, {"model", flags.model}};
   if (flags.plain) {
@@ -218,6 +232,17 @@ int train(const Flags& flags, Net net) {
     outcome = train_loop(flags, train_set, sampler, *net, [&](torch::Tensor x) { return net->forward(x); }, rank, world,
                          nullptr);
     result["plain"] = true;
+  } else if (flags.local_sgd > 0) {
+    cohort::LocalSGDOptions options;
+    options.sync_every = flags.local_sgd;
+    options.outer = flags.outer == "nesterov" ? cohort::OuterOptimizer::nesterov : cohort::OuterOptimizer::average;
+    options.outer_lr = flags.outer_lr;
+    options.outer_momentum = flags.outer_momentum;
+    auto model = cohort::LocalSGD(net, ctx, options);
+    outcome = train_loop(flags, train_set, sampler, *model, [&](torch::Tensor x) { return model->forward(x); }, rank,
+                         world, checkpoints.get(), [&] { model->step(); });
+    model->sync();  // the last local steps too: one model to evaluate
+    result["local_sgd"] = {{"sync_every", flags.local_sgd}, {"outer", flags.outer}, {"syncs", model->stats().syncs}};
   } else {
     cohort::DDPOptions ddp_options;
     ddp_options.bucket_cap_mb = flags.bucket_cap_mb;
@@ -230,22 +255,15 @@ int train(const Flags& flags, Net net) {
                             : flags.allreduce == "hierarchical" ? cohort::AllreduceAlgo::hierarchical
                                                                 : cohort::AllreduceAlgo::automatic;
     auto model = cohort::DistributedDataParallel(net, ctx, ddp_options);
-    std::unique_ptr<cohort::Checkpointer> checkpoints;
-    if (!flags.ckpt_dir.empty()) {
-      cohort::CheckpointOptions options;
-      options.every_steps = flags.ckpt_every;
-      options.keep_last = flags.ckpt_keep;
-      options.async = !flags.ckpt_sync;
-      checkpoints = std::make_unique<cohort::Checkpointer>(flags.ckpt_dir, ctx, options);
-    }
     outcome = train_loop(flags, train_set, sampler, *model, [&](torch::Tensor x) { return model->forward(x); }, rank,
                          world, checkpoints.get());
-    // The job's loss: the last step's loss averaged over ranks.
+    model->assert_in_sync();
+    result["allreduce"] = model->stats().hierarchical ? "hierarchical" : "flat";  // what automatic chose
+  }
+  if (ctx) {  // the job's loss: the last step's loss averaged over ranks
     std::vector<torch::Tensor> loss{torch::tensor({outcome.last_loss / world}, torch::kDouble)};
     ctx->group()->allreduce(loss)->wait();
     outcome.last_loss = loss[0].item<double>();
-    model->assert_in_sync();
-    result["allreduce"] = model->stats().hierarchical ? "hierarchical" : "flat";  // what automatic chose
   }
   double accuracy = -1;
   if (!flags.no_eval) {  // read only now: a restarted worker gets to its first step sooner
@@ -294,6 +312,16 @@ int main(int argc, char** argv) {
                  "automatic (hierarchical on several nodes of several ranks), flat or hierarchical")
       ->check(CLI::IsMember({"automatic", "flat", "hierarchical"}))
       ->capture_default_str();
+  app.add_option("--local-sgd", f.local_sgd,
+                 "Local SGD / DiLoCo instead of DDP: synchronise the parameters every H steps (0: DDP)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--outer", f.outer, "Local SGD's synchronisation: average, or nesterov (DiLoCo's outer optimizer)")
+      ->check(CLI::IsMember({"average", "nesterov"}))
+      ->capture_default_str();
+  app.add_option("--outer-lr", f.outer_lr, "DiLoCo: outer learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--outer-momentum", f.outer_momentum, "DiLoCo: outer Nesterov momentum, in [0, 1)")
+      ->check(CLI::Range(0.0, 0.999999))
+      ->capture_default_str();
   app.add_option("--powersgd-rank", f.powersgd_rank, "PowerSGD: rank of the approximation")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -328,6 +356,11 @@ int main(int argc, char** argv) {
     cohort::MonitorOptions options = cohort::monitor().options();
     options.on_nan = *cohort::parse_on_nan(f.on_nan);
     cohort::monitor().configure(options);
+  }
+  if (f.local_sgd > 0 && (f.comm_hook != "none" || f.reference || f.plain)) {
+    std::cerr << "fashion_mnist: --local-sgd synchronises parameters, not gradients; it cannot be combined with "
+              << (f.plain ? "--plain" : f.reference ? "--reference" : "--comm-hook") << std::endl;
+    return 2;
   }
   if (f.plain && !f.ckpt_dir.empty()) {
     std::cerr << "fashion_mnist: --ckpt-dir needs cohort's runtime; it cannot be combined with --plain" << std::endl;

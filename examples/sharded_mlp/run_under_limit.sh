@@ -2,7 +2,8 @@
 # Trains a deep MLP (16 x Linear(2048, 2048): 67 M parameters; its Adam training state, 16 bytes a
 # parameter, is 1.07 GB) on 4 ranks, each under an operating-system memory limit, twice:
 #   1. ShardedDataParallel at level 3 (parameters sharded): fits, trains, prints its results;
-#   2. plain DDP under the same limit: every rank stops with "rank R: out of memory ..." (exit 3).
+#   2. plain DDP under the same limit: every rank stops with "rank R: out of memory ..." (exit 3),
+#      or, waiting for a peer that ran out first, with that peer's death (exit 1).
 # The limit is on each process's address space (prlimit --as, RLIMIT_AS): cgroup v2 memory.max
 # would kill the process instead of failing its allocation, which is the silent kill this example
 # is meant to avoid, and cgroups are often not writable in containers.
@@ -42,9 +43,11 @@ echo "== plain DDP, 4 ranks, the same limits"
 "$here/run_ranks.sh" 4 "${limited[@]}" "$bin" --mode ddp "${args[@]}"
 ddp=$?
 echo "exit status $ddp"
-if [ $sharded -eq 0 ] && [ $ddp -eq 3 ]; then
+# DDP's status is the first failing rank's (run_ranks.sh): 3 where that rank ran out of memory
+# itself, 1 where it reports the death of a peer that ran out first while it waited for it.
+if [ $sharded -eq 0 ] && { [ $ddp -eq 3 ] || [ $ddp -eq 1 ]; }; then
   echo "as expected: level 3 trains under the limit, DDP runs out of memory with a clear error"
   exit 0
 fi
-echo "unexpected: level 3 exit $sharded (want 0), DDP exit $ddp (want 3)"
+echo "unexpected: level 3 exit $sharded (want 0), DDP exit $ddp (want 3, or 1 for a dead peer)"
 exit 1

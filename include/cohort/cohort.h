@@ -12,6 +12,7 @@
 #include "cohort/fused_sgd.h"
 #include "cohort/idx.h"
 #include "cohort/job_env.h"
+#include "cohort/local_sgd.h"
 #include "cohort/memory_reuse.h"
 #include "cohort/sharded_data_parallel.h"
 #include "cohort/monitor.h"

@@ -51,7 +51,7 @@ void GroupHookComm::allreduce_sum(at::Tensor& t) {
   if (world_ == 1 || t.numel() == 0) return;
   bytes_.fetch_add(static_cast<int64_t>(t.nbytes()), std::memory_order_relaxed);
   if (shm_ && ShmAllreduce::supports(t)) {
-    shm_->allreduce_async(t, 1.0, "ddp hook", bucket_, /*gradient=*/true)->wait();
+    shm_->allreduce_async(t, 1.0, what_, bucket_, /*gradient=*/true)->wait();
     return;
   }
   if (t.scalar_type() == at::kBFloat16 && !t.is_cuda()) {
@@ -59,7 +59,7 @@ void GroupHookComm::allreduce_sum(at::Tensor& t) {
     return;
   }
   std::vector<at::Tensor> tensors{t};
-  FlightScope entry(flight_op("allreduce", "ddp hook", bucket_, t, nullptr, /*gradient=*/true));
+  FlightScope entry(flight_op("allreduce", what_, bucket_, t, nullptr, /*gradient=*/true));
   auto work = group_->allreduce(tensors);
   wait_for(work, rank_, "comm hook: allreduce");
   entry.done();
@@ -73,7 +73,7 @@ void GroupHookComm::ring_allreduce(at::Tensor& t) {
   at::Tensor flat = padded.flat;
   const int64_t chunk = padded.chunk;
   const uint32_t tag = kRingTagBase + 2 * (ring_calls_++ % (1u << 20));
-  FlightScope entry(flight_op("allreduce", "ddp hook (ring)", bucket_, t, nullptr, /*gradient=*/true));
+  FlightScope entry(flight_op("allreduce", what_, bucket_, t, nullptr, /*gradient=*/true));
   try {
     ring_reduce_scatter(*group_, rank_, world_, flat, tag);
     const int next = (rank_ + 1) % world_, prev = (rank_ + world_ - 1) % world_;

@@ -50,8 +50,9 @@ class ReducerComm : public HookComm {
 
 class GroupHookComm final : public ReducerComm {
  public:
-  GroupHookComm(c10::intrusive_ptr<Backend> group, ShmAllreduce* shm, int rank, int world)
-      : group_(std::move(group)), shm_(shm), rank_(rank), world_(world) {}
+  /// `what` names the calls in the flight recorder (hang diagnostics).
+  GroupHookComm(c10::intrusive_ptr<Backend> group, ShmAllreduce* shm, int rank, int world, const char* what = "ddp hook")
+      : group_(std::move(group)), shm_(shm), rank_(rank), world_(world), what_(what) {}
 
   int rank() const override { return rank_; }
   int world_size() const override { return world_; }
@@ -64,6 +65,7 @@ class GroupHookComm final : public ReducerComm {
   ShmAllreduce* shm_;
   int rank_;
   int world_;
+  const char* what_;
   uint32_t ring_calls_ = 0;  // ring tags: the same sequence on every rank
 };
 

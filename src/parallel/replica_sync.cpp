@@ -57,7 +57,8 @@ std::string model_signature(const std::vector<NamedTensor>& tensors) {
   return os.str();
 }
 
-void check_same_model(Context& ctx, const std::vector<NamedTensor>& tensors, const std::string& settings) {
+void check_same_model(Context& ctx, const std::vector<NamedTensor>& tensors, const std::string& settings,
+                      const std::string& owner) {
   const std::string sig = model_signature(tensors) + settings;
   const auto hash = static_cast<int64_t>(XXH64(sig.data(), sig.size(), 0));
   auto hashes = allgather_int64(*ctx.group(), ctx.world_size(), hash, "model check");
@@ -85,11 +86,11 @@ void check_same_model(Context& ctx, const std::vector<NamedTensor>& tensors, con
   const std::string detail = first_difference(get(what, first), first, get(what, 0), 0);
   std::string ranks;
   for (int r : differing) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
-  throw ConfigError(ctx.rank(), std::string("DistributedDataParallel: the ") + (model_differs ? "model" : "settings") +
+  throw ConfigError(ctx.rank(), owner + ": the " + (model_differs ? "model" : "settings") +
                                     " differ" + (model_differs ? "s" : "") + " across ranks (rank" +
                                     std::string(differing.size() > 1 ? "s " : " ") + ranks +
                                     " differ from rank 0): " + detail + ". Every rank must construct the same " +
-                                    (model_differs ? "model." : "DistributedDataParallel options."));
+                                    (model_differs ? "model." : owner + " options."));
 }
 
 void broadcast_from_rank0(Backend& group, const std::vector<torch::Tensor>& tensors, int64_t chunk_bytes) {

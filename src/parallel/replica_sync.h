@@ -22,8 +22,9 @@ std::string model_signature(const std::vector<NamedTensor>& tensors);
 
 /// Throws ConfigError on every rank, naming the first difference, when any rank's model
 /// signature, or its `settings` (lines such as "comm hook 'fp16'"), differs from rank 0's. All
-/// ranks take part in the same collectives: no hang.
-void check_same_model(Context& ctx, const std::vector<NamedTensor>& tensors, const std::string& settings = "");
+/// ranks take part in the same collectives: no hang. `owner` begins the message.
+void check_same_model(Context& ctx, const std::vector<NamedTensor>& tensors, const std::string& settings = "",
+                      const std::string& owner = "DistributedDataParallel");
 
 /// Overwrites every tensor with rank 0's values, in flattened chunks per dtype.
 void broadcast_from_rank0(Backend& group, const std::vector<torch::Tensor>& tensors, int64_t chunk_bytes);

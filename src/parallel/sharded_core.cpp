@@ -48,7 +48,7 @@ ShardedCore::ShardedCore(std::shared_ptr<torch::nn::Module> module, bool is_sequ
     all.push_back(b.value());
     m.replicated.emplace_back("module." + b.key(), b.value());
   }
-  check_same_model(c, named);
+  check_same_model(c, named, "", "ShardedDataParallel");
   broadcast_from_rank0(*c.group(device), all, 4 << 20);  // small chunks: no full-model copy at construction
 
   if (m.plan.per_child) {

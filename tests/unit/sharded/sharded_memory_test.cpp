@@ -6,7 +6,7 @@
 // allreduce's segment, the same for all).
 // And the example of a model too big for one worker (examples/sharded_mlp/run_under_limit.sh):
 // under the same per-process address-space limit, level 3 trains and DDP ends on every rank with a
-// clear error (exit 3), not a silent kill: its own out-of-memory, or the death of a peer that ran
+// clear error (exit 3 or 1), not a silent kill: its own out-of-memory, or the death of a peer that ran
 // out first while it waited for it.
 #include <gtest/gtest.h>
 

@@ -1,0 +1,139 @@
+// cohort/local_sgd.h — local SGD and DiLoCo: every rank trains on its own for H steps, then the
+// ranks synchronise their parameters once. For slow links: one exchange of the parameters every H
+// steps instead of one of the gradients every step.
+//
+//   auto model = cohort::LocalSGD(Net(), ctx, {.sync_every = 20, .outer = cohort::OuterOptimizer::nesterov});
+//   torch::optim::AdamW inner(model->parameters(), torch::optim::AdamWOptions(1e-3));
+//   for (auto& batch : *loader) {
+//     inner.zero_grad();
+//     torch::nll_loss(model->forward(batch.data), batch.target).backward();  // no communication
+//     inner.step();
+//     model->step();  // counts the local step; every sync_every-th one synchronises
+//   }
+//
+// At construction the ranks check that they hold the same model and the same settings (a mismatch
+// is a ConfigError on every rank) and take rank 0's values. A synchronisation averages the
+// parameters over the ranks (one allreduce of all of them, bitwise the same result on every rank),
+// and then, by `outer`:
+//   average   the parameters become the average (local SGD / post-local SGD);
+//   nesterov  DiLoCo (Douillard et al., 2023): the outer gradient is the anchor (the parameters
+//             after the previous synchronisation) minus the average; an SGD step with Nesterov
+//             momentum on it, as torch.optim.SGD(nesterov=True) takes it, moves the anchor, and the
+//             parameters become the new anchor.
+// Floating-point buffers (batch-norm statistics) are averaged too, so after a synchronisation every
+// rank holds bitwise the same model. The inner optimizer's state stays each rank's own.
+//
+// Checkpoints (cohort/checkpointer.h): the model is a ShardedCheckpointable, so every rank writes
+// its own parameters, buffers and inner optimizer state (they differ between synchronisations),
+// rank 0 the anchor, the outer momentum and the step count; a restore on the same world size
+// continues bitwise. On another world size rank r takes saved rank r mod W's state.
+//
+// Memory: nesterov keeps two copies of the parameters (anchor and momentum), average none; a
+// synchronisation uses one flat buffer of the parameters and floating buffers.
+// Not here: parameters of several dtypes or devices, overlapping the synchronisation with compute.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cohort/distributed_data_parallel.h"  // detail::batch_size_of
+#include "cohort/sharded_state.h"
+
+namespace cohort {
+
+class Context;
+
+enum class OuterOptimizer { average, nesterov };
+
+struct LocalSGDOptions {
+  /// H: local steps between synchronisations (at least 1; 1 averages the parameters every step).
+  int64_t sync_every = 20;
+  OuterOptimizer outer = OuterOptimizer::average;
+  /// The outer step (nesterov only); DiLoCo's published values.
+  double outer_lr = 0.7;
+  double outer_momentum = 0.9;
+};
+
+struct LocalSGDStats {
+  int64_t local_steps = 0;    // step() calls, restored with a checkpoint
+  int64_t syncs = 0;          // synchronisations by this process
+  int64_t bytes_on_wire = 0;  // bytes this rank allreduced in them
+};
+
+namespace detail {
+
+/// The type-independent part of LocalSGD. Implemented in src/parallel/local_sgd.cpp.
+class LocalSGDCore final : public ShardedCheckpointable {
+ public:
+  LocalSGDCore(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Context> ctx, LocalSGDOptions options);
+  ~LocalSGDCore() override;
+  bool forward_begin(int64_t samples);
+  void forward_end(bool marked);
+  bool step();
+  void sync();
+  LocalSGDStats stats() const;
+
+  ShardState shard_state(const torch::optim::Optimizer* optimizer) override;
+  NamedTensorList replicated_tensors() override;
+  void load_shard_state(const ShardSource& source, torch::optim::Optimizer* optimizer) override;
+  FullState full_state(const torch::optim::Optimizer* optimizer) override;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace detail
+
+template <typename ModuleHolder>
+class LocalSGDImpl : public torch::nn::Module, public ShardedCheckpointable {
+ public:
+  LocalSGDImpl(ModuleHolder module, std::shared_ptr<Context> ctx, LocalSGDOptions options = {})
+      : module_(register_module("module", std::move(module))),
+        core_(std::make_unique<detail::LocalSGDCore>(module_.ptr(), std::move(ctx), options)) {}
+
+  template <typename... Args>
+  decltype(auto) forward(Args&&... args) {
+    const bool marked = core_->forward_begin(detail::batch_size_of(args...));  // monitor: forward begins
+    decltype(auto) out = module_->forward(std::forward<Args>(args)...);
+    core_->forward_end(marked);  // monitor: backward begins
+    return out;
+  }
+
+  /// After the inner optimizer's step: counts it, and synchronises (collectively) when the count
+  /// is a multiple of sync_every. Returns whether it synchronised.
+  bool step() { return core_->step(); }
+  /// Synchronises now (collective), e.g. before evaluating; does not count a step.
+  void sync() { core_->sync(); }
+  ModuleHolder& module() { return module_; }
+  LocalSGDStats stats() const { return core_->stats(); }
+
+  // ShardedCheckpointable: the Checkpointer finds it through the module it is given.
+  ShardState shard_state(const torch::optim::Optimizer* optimizer) override { return core_->shard_state(optimizer); }
+  NamedTensorList replicated_tensors() override { return core_->replicated_tensors(); }
+  void load_shard_state(const ShardSource& source, torch::optim::Optimizer* optimizer) override {
+    core_->load_shard_state(source, optimizer);
+  }
+  FullState full_state(const torch::optim::Optimizer* optimizer) override { return core_->full_state(optimizer); }
+
+ private:
+  ModuleHolder module_;
+  std::unique_ptr<detail::LocalSGDCore> core_;
+};
+
+template <typename ModuleHolder>
+class LocalSGD : public torch::nn::ModuleHolder<LocalSGDImpl<ModuleHolder>> {
+ public:
+  using torch::nn::ModuleHolder<LocalSGDImpl<ModuleHolder>>::ModuleHolder;
+};
+
+template <typename ModuleHolder, typename... Rest>
+LocalSGD(ModuleHolder, Rest...) -> LocalSGD<ModuleHolder>;
+
+}  // namespace cohort
