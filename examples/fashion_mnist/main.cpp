@@ -241,7 +241,7 @@ int train(const Flags& flags, Net net) {
     auto model = cohort::LocalSGD(net, ctx, options);
     outcome = train_loop(flags, train_set, sampler, *model, [&](torch::Tensor x) { return model->forward(x); }, rank,
                          world, checkpoints.get(), [&] { model->step(); });
-    model->sync();  // the last local steps too: one model to evaluate
+    model->finish();  // the local steps since the last synchronisation too: one model to evaluate
     result["local_sgd"] = {{"sync_every", flags.local_sgd}, {"outer", flags.outer}, {"syncs", model->stats().syncs}};
   } else {
     cohort::DDPOptions ddp_options;

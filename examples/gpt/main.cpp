@@ -1,6 +1,7 @@
-// gpt: trains a GPT-2-style language model on a text corpus with cohort — data parallel (DDP) or
-// sharded (ZeRO levels 1-3) — on CPU ranks or CUDA devices (bf16 autocast). Small on CPU (preset
-// tiny), GPT-2 124M size on a GPU (preset gpt2-124m). Start it with `cohort run`, e.g.
+// gpt: trains a GPT-2-style language model on a text corpus with cohort — data parallel (DDP),
+// sharded (ZeRO levels 1-3) or DiLoCo (local steps, cohort/local_sgd.h) — on CPU ranks or CUDA
+// devices (bf16 autocast). Small on CPU (preset tiny), GPT-2 124M size on a GPU (preset
+// gpt2-124m). Start it with `cohort run`, e.g.
 //   cohort run --nproc-per-node 2 -- ./gpt --preset tiny --steps 300 --mode zero3
 // It checkpoints with --ckpt-dir (the model, AdamW's state, the sampler's data position and the
 // learning-rate schedule) and resumes bit for bit; evaluates the validation loss every
@@ -63,8 +64,18 @@ int run(Options o, const Overrides& ov) {
     Ddp model(net, ctx, ddp);
     result = train(model, ctx, corpus, o, device);
     if (o.comm_hook != "none") result["comm_hook"] = o.comm_hook;
+  } else if (o.comm_hook != "none") {
+    throw cohort::ConfigError(ctx->rank(), "--comm-hook applies to --mode ddp only");
+  } else if (o.mode == "diloco") {
+    cohort::LocalSGDOptions lo;
+    lo.sync_every = o.sync_every;
+    lo.outer = cohort::OuterOptimizer::nesterov;
+    lo.outer_lr = o.outer_lr;
+    lo.outer_momentum = o.outer_momentum;
+    Local model(net, ctx, lo);
+    result = train(model, ctx, corpus, o, device);
+    result["sync_every"] = o.sync_every;
   } else {
-    if (o.comm_hook != "none") throw cohort::ConfigError(ctx->rank(), "--comm-hook applies to --mode ddp only");
     cohort::ShardedOptions so;
     so.level = static_cast<cohort::ShardingLevel>(o.mode.back() - '0');
     // The head reads the embedding's weight (tied): at level 3 that unit stays gathered meanwhile.
@@ -91,7 +102,14 @@ int main(int argc, char** argv) {
   app.add_option("--layers", ov.layers, "Transformer blocks")->check(CLI::PositiveNumber);
   app.add_option("--heads", ov.heads, "Attention heads (must divide --dim)")->check(CLI::PositiveNumber);
   app.add_option("--dim", ov.dim, "Model width")->check(CLI::PositiveNumber);
-  app.add_option("--mode", o.mode, "ddp, zero1, zero2 or zero3")->check(CLI::IsMember({"ddp", "zero1", "zero2", "zero3"}))->capture_default_str();
+  app.add_option("--mode", o.mode, "ddp, zero1, zero2, zero3 or diloco (local steps, Nesterov outer step)")
+      ->check(CLI::IsMember({"ddp", "zero1", "zero2", "zero3", "diloco"}))
+      ->capture_default_str();
+  app.add_option("--sync-every", o.sync_every, "--mode diloco: local steps between synchronisations")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--outer-lr", o.outer_lr, "--mode diloco: outer learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--outer-momentum", o.outer_momentum, "--mode diloco: outer Nesterov momentum, in [0, 1)")
+      ->check(CLI::Range(0.0, 0.999999))
+      ->capture_default_str();
   app.add_option("--comm-hook", o.comm_hook, "--mode ddp: none, fp16, bf16 or powersgd")
       ->check(CLI::IsMember({"none", "fp16", "bf16", "powersgd"}))
       ->capture_default_str();

@@ -9,7 +9,9 @@
 struct Options {
   std::string preset = "tiny";
   GptConfig model;  // the preset's, with --layers/--heads/--dim/--positions/--seq-len/--vocab applied
-  std::string mode = "ddp";  // ddp, zero1, zero2, zero3
+  std::string mode = "ddp";  // ddp, zero1, zero2, zero3, diloco
+  int64_t sync_every = 20;   // diloco: local steps between synchronisations (cohort/local_sgd.h)
+  double outer_lr = 0.7, outer_momentum = 0.9;
   std::string comm_hook = "none";  // ddp only: none, fp16, bf16, powersgd (cohort/comm_hook.h)
   int powersgd_rank = 4;
   int64_t powersgd_start = 10;

@@ -19,11 +19,21 @@
 
 using Ddp = cohort::DistributedDataParallel<torch::nn::Sequential>;
 using Sharded = cohort::ShardedDataParallel<torch::nn::Sequential>;
+using Local = cohort::LocalSGD<torch::nn::Sequential>;
 
 // --- what differs between the wrappers -------------------------------------------------------------
 
 inline double clip_gradients(Ddp& m, double max_norm) { return torch::nn::utils::clip_grad_norm_(m->parameters(), max_norm); }
 inline double clip_gradients(Sharded& m, double max_norm) { return m->clip_grad_norm(max_norm); }
+inline double clip_gradients(Local& m, double max_norm) { return torch::nn::utils::clip_grad_norm_(m->parameters(), max_norm); }
+
+// After the optimizer's step and at the end: DiLoCo counts its local steps and synchronises.
+template <typename M>
+void after_step(M&) {}
+inline void after_step(Local& m) { m->step(); }
+template <typename M>
+void finish(M&) {}
+inline void finish(Local& m) { m->finish(); }
 
 /// Decoupled weight decay (AdamW's p ← p·(1 − lr·wd)) on matrices only — embeddings and linear
 /// weights, not biases or LayerNorm gains, as GPT-2 and nanoGPT train. Applied before the
@@ -45,7 +55,8 @@ struct MatrixDecay {
     }
   }
 };
-inline MatrixDecay matrix_decay(Ddp& m) {
+template <typename M>  // Ddp, Local: the wrapped module's own parameters
+MatrixDecay matrix_decay(M& m) {
   MatrixDecay d;
   for (auto& p : m->module()->parameters())
     if (p.dim() >= 2) d.params.push_back(p), d.masks.emplace_back();
@@ -64,7 +75,10 @@ inline std::string hex16(uint64_t v) {
   std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(v));
   return hex;
 }
-inline std::string checksum_of(Ddp& m) { return cohort::parameters_checksum(*m->module()); }
+template <typename M>  // Ddp, Local
+std::string checksum_of(M& m) {
+  return cohort::parameters_checksum(*m->module());
+}
 inline std::string checksum_of(Sharded& m) {  // collective: gathers the whole model
   std::vector<torch::Tensor> all;
   for (auto& [name, t] : m->full_state(nullptr).model) all.push_back(t);
@@ -214,6 +228,7 @@ nlohmann::json train(M& model, std::shared_ptr<cohort::Context> ctx, const Corpu
       clip_gradients(model, o.clip);
       decay.apply(lr, o.weight_decay);
       optimizer.step();
+      after_step(model);
       schedule.advance();
       ++step;
       const double seconds = std::chrono::duration<double>(clock::now() - step_start).count();
@@ -240,7 +255,9 @@ nlohmann::json train(M& model, std::shared_ptr<cohort::Context> ctx, const Corpu
     // The end state too, so that starting the finished job again resumes at its end.
     if (o.ckpt_every > 0 && step > first_step && step % o.ckpt_every != 0) checkpoints->save(state());
   }
-  if (!(o.eval_every > 0 && step % o.eval_every == 0)) val_loss = evaluate(model, c, val_set, o, device);
+  finish(model);  // DiLoCo: the local steps since the last synchronisation, so that one model is evaluated
+  const bool final_eval_due = !(o.eval_every > 0 && step % o.eval_every == 0);
+  if (final_eval_due) val_loss = evaluate(model, c, val_set, o, device);
   const double tokens_per_s = timed_s > 0 ? tokens_per_step * timed_steps / timed_s : NAN;
   nlohmann::json result{{"val_loss", val_loss},
                         {"train_loss", last_loss},

@@ -77,6 +77,7 @@ class LocalSGDCore final : public ShardedCheckpointable {
   void forward_end(bool marked);
   bool step();
   void sync();
+  bool finish();
   LocalSGDStats stats() const;
 
   ShardState shard_state(const torch::optim::Optimizer* optimizer) override;
@@ -109,8 +110,16 @@ class LocalSGDImpl : public torch::nn::Module, public ShardedCheckpointable {
   /// After the inner optimizer's step: counts it, and synchronises (collectively) when the count
   /// is a multiple of sync_every. Returns whether it synchronised.
   bool step() { return core_->step(); }
-  /// Synchronises now (collective), e.g. before evaluating; does not count a step.
+  /// Synchronises now (collective); does not count a step. With nesterov every call is an outer step.
   void sync() { core_->sync(); }
+  /// At the end of training (collective): synchronises the local steps since the last
+  /// synchronisation, if the step count is not a multiple of sync_every, so that every rank ends
+  /// with the same model. Returns whether it synchronised.
+  bool finish() { return core_->finish(); }
+  /// For loops written for DDP's gradient accumulation: local steps never communicate, so this
+  /// guard does nothing.
+  struct NoSync {};
+  [[nodiscard]] NoSync no_sync() { return {}; }
   ModuleHolder& module() { return module_; }
   LocalSGDStats stats() const { return core_->stats(); }
 

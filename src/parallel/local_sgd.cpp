@@ -181,6 +181,13 @@ bool LocalSGDCore::step() {
   return true;
 }
 
+bool LocalSGDCore::finish() {
+  Impl& m = *impl_;
+  if (*m.steps.data_ptr<int64_t>() % m.options.sync_every == 0) return false;
+  sync();
+  return true;
+}
+
 void LocalSGDCore::sync() {
   Impl& m = *impl_;
   // Phases: backward and the inner step until here, the allreduce as comm_wait, the rest as optimizer.
