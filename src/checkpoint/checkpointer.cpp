@@ -583,11 +583,11 @@ std::optional<RestoreInfo> Checkpointer::restore_latest(const TrainingState& sta
                                       "\" (saved by a program without it): restore without it, or start afresh");
   auto* sharded = dynamic_cast<ShardedCheckpointable*>(state.module);
   if (sharded && m.sharding_json.empty())
-    throw CheckpointError(rank, loaded.listed->path + " holds unsharded state; a ShardedDataParallel model restores "
-                                "only sharded checkpoints (saved by ShardedDataParallel, any world size)");
+    throw CheckpointError(rank, loaded.listed->path + " holds unsharded state; a ShardedDataParallel or LocalSGD model "
+                                "restores only per-rank checkpoints (saved by one of them)");
   if (!sharded && !m.sharding_json.empty())
-    throw CheckpointError(rank, loaded.listed->path + " holds sharded state (saved by ShardedDataParallel); restore "
-                                "it into a ShardedDataParallel model");
+    throw CheckpointError(rank, loaded.listed->path + " holds per-rank state (saved by ShardedDataParallel or "
+                                "LocalSGD); restore it into a model of that kind");
   if (sharded) {
     torch::NoGradGuard no_grad;
     for (const auto& f : loaded.files) {

@@ -23,6 +23,9 @@ std::string FlatLayout::to_json() const {
 FlatLayout FlatLayout::parse(const std::string& text, int rank) {
   try {
     const auto j = nlohmann::json::parse(text);
+    if (j.contains("local_sgd"))
+      throw CheckpointError(rank, "the checkpoint was saved by a LocalSGD model (each rank's own parameters), not by "
+                                  "ShardedDataParallel: restore it into a LocalSGD model");
     FlatLayout l;
     l.world_size = j.at("world_size").get<int>();
     l.optimizer_fields = j.at("optimizer_fields").get<std::vector<std::string>>();
@@ -36,6 +39,8 @@ FlatLayout FlatLayout::parse(const std::string& text, int rank) {
       l.units.push_back(std::move(unit));
     }
     return l;
+  } catch (const CheckpointError&) {
+    throw;
   } catch (const std::exception& e) {
     throw CheckpointError(rank, std::string("the checkpoint's sharding layout is not valid: ") + e.what());
   }

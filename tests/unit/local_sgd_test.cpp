@@ -1,6 +1,7 @@
 // LocalSGD / DiLoCo (cohort/local_sgd.h): averaging every step is DDP, ranks agree bitwise after
 // each synchronisation and only then, the outer Nesterov step is torch::optim::SGD's on the
-// averaged delta, a checkpoint taken between synchronisations resumes bitwise, and the errors.
+// averaged delta, a checkpoint taken between synchronisations resumes bitwise, checkpoints of
+// other wrappers are refused by name, and the errors.
 // Ranks are threads (thread_ranks.h).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -8,8 +9,10 @@
 #include <filesystem>
 
 #include "cohort/checkpointer.h"
+#include "cohort/distributed_data_parallel.h"
 #include "cohort/error.h"
 #include "cohort/local_sgd.h"
+#include "cohort/sharded_data_parallel.h"
 #include "cohort/torch_compat.h"
 #include "support/ddp_fixtures.h"
 #include "support/thread_ranks.h"
@@ -223,4 +226,38 @@ TEST(LocalSGD, BadSettingsAreOneConfigErrorNamingTheRank) {
       EXPECT_NE(std::string(e.what()).find("local sgd every 10 steps"), std::string::npos) << e.what();
     }
   }
+}
+
+TEST(LocalSGD, CheckpointsOfOtherKindsAreRefusedByName) {
+  const fs::path dir = fs::temp_directory_path() / ("cohort_local_sgd_kinds_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  std::vector<std::string> into_sharded(2), into_local(2);
+  run_ranks(2, [&](std::shared_ptr<Context> ctx) {
+    const int r = ctx->rank();
+    {
+      auto local = LocalSGD(SmallNet(), ctx, nesterov(5));
+      Checkpointer(dir.string() + "/local", ctx).save({&*local, nullptr, nullptr});
+      auto ddp = DistributedDataParallel(SmallNet(), ctx);
+      Checkpointer(dir.string() + "/ddp", ctx).save({&*ddp, nullptr, nullptr});
+    }
+    try {
+      ShardedOptions o;
+      o.level = ShardingLevel::gradients;
+      auto sharded = ShardedDataParallel(SmallNet(), ctx, o);
+      Checkpointer(dir.string() + "/local", ctx).restore_latest({&*sharded, nullptr, nullptr});
+    } catch (const CheckpointError& e) {
+      into_sharded[r] = e.what();
+    }
+    try {
+      auto local = LocalSGD(SmallNet(), ctx, nesterov(5));
+      Checkpointer(dir.string() + "/ddp", ctx).restore_latest({&*local, nullptr, nullptr});
+    } catch (const CheckpointError& e) {
+      into_local[r] = e.what();
+    }
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(into_sharded[r].find("saved by a LocalSGD model"), std::string::npos) << "rank " << r << ": " << into_sharded[r];
+    EXPECT_NE(into_local[r].find("holds unsharded state"), std::string::npos) << "rank " << r << ": " << into_local[r];
+  }
+  fs::remove_all(dir);
 }
