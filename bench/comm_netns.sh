@@ -2,7 +2,7 @@
 # DDP communication hooks on a slow link (issue 18): 2 "machines" as network namespaces joined by
 # veth pairs to a bridge in a switch namespace, every link shaped with tc to RATE both ways (tbf;
 # this kernel has no netem, so no added delay), 2 ranks per node. Side by side, ROUNDS rounds
-# interleaved: cohort (`cohort run --nnodes 2`) with the flat fp32 allreduce, the hierarchical one,
+# interleaved: cohort (`cohort run --nnodes 2`, or NODES) with the flat fp32 allreduce, the hierarchical one,
 # the fp16, bf16 and PowerSGD (rank 4) hooks over the flat allreduce, and PowerSGD over the
 # hierarchical one; local SGD and DiLoCo (variants local:H and diloco:H: parameters synchronised
 # every H steps, averaged or through the Nesterov outer step); PyTorch's Python DDP with its own
@@ -11,13 +11,15 @@
 # variant (median of rounds) and each one's ratio to its own side's flat fp32 run.
 # Timing, so a benchmark: run it on an otherwise idle machine. Needs root and iproute2.
 # The addresses (10.79.1.0/24) exist only inside the namespaces this script creates and removes.
-#   usage: [COHORT_BUILD=build] [RATE=100mbit] [MODELS="mlp cnn"] [VARIANTS="none:flat fp16:flat ..."]
+# NODES=3 (or more) starts that many nodes of 2 ranks each.
+#   usage: [COHORT_BUILD=build] [RATE=100mbit] [NODES=2] [MODELS="mlp cnn"] [VARIANTS="none:flat fp16:flat ..."]
 #          [PEER_TIMEOUT=240] [PEER_PYTHON=/usr/bin/python3 (or a venv with PyTorch 2.x)] bench/comm_netns.sh [ROUNDS (1)] [STEPS (30)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-1}
 steps=${2:-30}
 rate=${RATE:-100mbit}
+nodes=${NODES:-2}
 models=${MODELS:-mlp cnn}
 build=${COHORT_BUILD:-build}
 cli=$(realpath "$build/tools/cohort")
@@ -31,14 +33,14 @@ sw=cohort_cw$id
 cleanup() {
   pkill -9 -f "$work" 2>/dev/null || true
   pkill -9 -f "$peer" 2>/dev/null || true
-  for i in 0 1; do ip netns del "cohort_c${id}_$i" 2>/dev/null || true; done
+  for i in $(seq 0 $((nodes - 1))); do ip netns del "cohort_c${id}_$i" 2>/dev/null || true; done
   ip netns del "$sw" 2>/dev/null || true
   [ -n "${KEEP:-}" ] || rm -rf "$work"
 }
 trap cleanup EXIT
 
 . bench/netns_star.sh
-netns_star "$sw" "cohort_c${id}_" "cc${id}_" 10.79.1 2 "$rate"
+netns_star "$sw" "cohort_c${id}_" "cc${id}_" 10.79.1 "$nodes" "$rate"
 
 port=29700
 common=(--max-steps "$steps" --warmup-steps 10 --no-eval)
@@ -52,8 +54,8 @@ cohort_job() {
     *) mode=(--comm-hook "$hook" --allreduce "$algo" --powersgd-rank 4 --powersgd-start 10) ;;
   esac
   port=$((port + 1))
-  for i in 0 1; do
-    ip netns exec "cohort_c${id}_$i" "$cli" run --nnodes 2 --node-rank "$i" --nproc-per-node 2 --no-dashboard \
+  for i in $(seq 0 $((nodes - 1))); do
+    ip netns exec "cohort_c${id}_$i" "$cli" run --nnodes "$nodes" --node-rank "$i" --nproc-per-node 2 --no-dashboard \
       --master-addr 10.79.1.1 --master-port "$port" --rdzv-timeout 60 -- "$example" --model "$model" \
       "${mode[@]}" "${common[@]}" >"$out.node$i" 2>&1 &
     pids+=($!)
@@ -66,9 +68,9 @@ cohort_job() {
 peer_job() {
   local model=$1 hook=$2 out=$3 every=${4:-0} pids=() node local_rank
   port=$((port + 1))
-  for node in 0 1; do
+  for node in $(seq 0 $((nodes - 1))); do
     for local_rank in 0 1; do
-      ip netns exec "cohort_c${id}_$node" env RANK=$((node * 2 + local_rank)) WORLD_SIZE=4 MASTER_ADDR=10.79.1.1 \
+      ip netns exec "cohort_c${id}_$node" env RANK=$((node * 2 + local_rank)) WORLD_SIZE=$((nodes * 2)) MASTER_ADDR=10.79.1.1 \
         MASTER_PORT="$port" GLOO_SOCKET_IFNAME="cc${id}_$node" OMP_NUM_THREADS=1 \
         timeout -s KILL "${PEER_TIMEOUT:-240}" "${PEER_PYTHON:-/usr/bin/python3}" "$peer" --model "$model" --comm-hook "$hook" --powersgd-rank 4 --powersgd-start 10 --local-sgd "$every" \
         --threads 1 "${common[@]}" >"$out.r$((node * 2 + local_rank))" 2>&1 &
@@ -97,9 +99,9 @@ for r in $(seq "$rounds"); do
     done
   done
 done
-python3 - "$work" "$rate" "$rounds" "$variants" $models <<'PY'
+python3 - "$work" "$rate" "$rounds" "$nodes" "$variants" $models <<'PY'
 import json, statistics, sys, glob, os
-work, rate, rounds, variants, models = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4].split(), sys.argv[5:]
+work, rate, rounds, nodes, variants, models = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5].split(), sys.argv[6:]
 def sps(side, model, hook):
     vals = []
     for r in range(1, rounds + 1):
@@ -107,7 +109,7 @@ def sps(side, model, hook):
         if os.path.exists(path) and os.path.getsize(path):
             vals.append(json.load(open(path))["samples_per_s"])
     return statistics.median(vals) if vals else None
-print(f"link {rate}, 2 nodes x 2 ranks, median of {rounds} round(s); samples/s (ratio to the same side's flat fp32)")
+print(f"link {rate}, {nodes} nodes x 2 ranks, median of {rounds} round(s); samples/s (ratio to the same side's flat fp32)")
 print(f"{'model':5} {'hook:allreduce':22} {'cohort':>16} {'pytorch':>16} {'cohort/pytorch':>15}")
 for model in models:
     base = {side: sps(side, model, "none:flat") for side in ("cohort", "peer")}
