@@ -10,6 +10,8 @@ packages=(
   prometheus  # the real Prometheus server that scrapes /metrics in the tests
   curl        # HTTP requests from the shell tests (token refused, /metrics)
   python3-venv  # the venv that holds playwright (scripts/make-venv.sh)
+  doxygen       # the API reference of the public headers, undocumented names fail (scripts/api-docs.sh)
+  dpkg-dev      # dpkg-shlibdeps: the .deb's library dependencies (cpack, scripts/check-downstream.sh)
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -3,7 +3,7 @@
 #include <sys/stat.h>
 
 #include "cohort/error.h"
-#include "cohort/idx.h"
+#include "idx.h"
 
 FashionMnist::FashionMnist(const std::string& dir, bool train, int rank) {
   struct stat st {};

@@ -98,11 +98,10 @@ struct Outcome {
 // Fingerprint of the SGD momentum buffers, to compare resumed and uninterrupted runs.
 std::string momentum_checksum(torch::optim::SGD& optimizer) {
   std::vector<torch::Tensor> buffers;
-  auto& state = optimizer.state();
   for (auto& group : optimizer.param_groups()) {
     for (auto& p : group.params()) {
-      auto it = state.find(cohort::optimizer_state_key<std::decay_t<decltype(state)>>(p));
-      if (it != state.end()) buffers.push_back(static_cast<torch::optim::SGDParamState&>(*it->second).momentum_buffer());
+      if (auto* state = cohort::optimizer_state_of(optimizer, p))
+        buffers.push_back(static_cast<torch::optim::SGDParamState&>(*state).momentum_buffer());
     }
   }
   char hex[17];

@@ -174,7 +174,7 @@ nlohmann::json train(M& model, std::shared_ptr<cohort::Context> ctx, const Corpu
     throw cohort::ConfigError(c.rank(), "the corpus is too small for --seq-len " + std::to_string(cfg.seq_len) +
                                             " and --batch " + std::to_string(o.batch) + " on " +
                                             std::to_string(c.world_size()) + " ranks");
-  cohort::DistributedSampler sampler(*train_set.size(), c, {.shuffle = true, .seed = o.seed});
+  cohort::DistributedSampler sampler(*train_set.size(), ctx, {.shuffle = true, .seed = o.seed});
   auto loader = torch::data::make_data_loader(train_set, sampler, torch::data::DataLoaderOptions(o.batch));
   cohort::FusedAdamW optimizer(model->parameters(), torch::optim::AdamWOptions(o.lr)
                                                         .betas(std::make_tuple(0.9, 0.95))

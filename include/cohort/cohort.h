@@ -10,7 +10,6 @@
 #include "cohort/error.h"
 #include "cohort/fused_adam.h"
 #include "cohort/fused_sgd.h"
-#include "cohort/idx.h"
 #include "cohort/job_env.h"
 #include "cohort/local_sgd.h"
 #include "cohort/memory_reuse.h"

@@ -41,8 +41,9 @@ struct InitOptions {
 };
 
 namespace detail {
-class ShmAllreduce;
-}
+class ShmAllreduce;        // cohort's own allreduce through shared memory (src/runtime/)
+struct ContextInternals;   // cohort's access to it and to object numbering (src/runtime/)
+}  // namespace detail
 
 class Context {
  public:
@@ -71,17 +72,11 @@ class Context {
   /// — where this libtorch was built without CUDA or this machine has no CUDA device.
   c10::Device device(c10::DeviceType type) const;
 
-  /// The shared-memory allreduce for CPU tensors when all ranks share this machine, else nullptr.
-  detail::ShmAllreduce* shm_allreduce() const { return shm_.get(); }
-
   /// Waits until every rank reaches this point (collective on the CPU group).
   void barrier();
 
-  /// A number unique within the job for objects created in the same order on every rank (a DDP
-  /// module, a checkpoint), used to keep their store keys apart.
-  int64_t next_sequence() { return sequence_++; }
-
  private:
+  friend struct detail::ContextInternals;
   JobEnv env_;
   InitOptions options_;
   c10::intrusive_ptr<c10d::Store> store_;

@@ -29,8 +29,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <type_traits>
 #include <utility>
+#include <vector>
+
+#include "cohort/module_wrapper.h"
 
 namespace cohort {
 
@@ -77,97 +79,65 @@ struct DDPStats {
 };
 
 namespace detail {
-
-/// The batch size of a forward call for the monitor: size(0) of the first argument when it is a
-/// tensor with a dimension, else -1.
-inline int64_t batch_size_of() { return -1; }
-template <typename First, typename... Rest>
-int64_t batch_size_of(const First& first, const Rest&...) {
-  if constexpr (std::is_convertible_v<const First&, const at::Tensor&>) {
-    const at::Tensor& t = first;
-    return t.defined() && t.dim() > 0 ? t.size(0) : -1;
-  } else {
-    return -1;
-  }
+class DataParallelCore;  // the implementation (src/parallel/data_parallel_core.h)
 }
 
-/// The type-independent part of DistributedDataParallel: model check, broadcasts, gradient
-/// buckets and hooks. Implemented in src/parallel/.
-class DataParallelCore {
+/// What DistributedDataParallel does independently of the wrapped module's type: the model check,
+/// broadcasts, gradient buckets and hooks (implemented in the library).
+class DataParallelBase : public GradientSync {
  public:
-  DataParallelCore(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Context> ctx, DDPOptions options);
-  ~DataParallelCore();
-  void before_forward();
-  /// The monitor's phase marks (cohort/monitor.h) around a forward; `samples` is the batch
-  /// dimension of the first tensor argument (-1: none). begin returns whether it marked (a
-  /// training forward), which end takes back.
-  bool forward_begin(int64_t samples);
-  void forward_end(bool marked);
-  void set_sync(bool enabled);
-  bool sync_enabled() const;
+  ~DataParallelBase() override;
+  DataParallelBase(const DataParallelBase&) = delete;
+  DataParallelBase& operator=(const DataParallelBase&) = delete;
+
+  /// Gradient accumulation: backward passes inside the returned guard's scope keep gradients local.
+  [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(this); }
+  bool sync_enabled() const override;
+  void set_sync_enabled(bool enabled) override;
+  /// Debug check: throws cohort::Error naming the ranks whose parameters differ from rank 0's.
+  void assert_in_sync() const;
+  /// Counters since construction.
   DDPStats stats() const;
   /// Bucket layout: for each bucket, the names of its parameters (for tests and diagnostics).
   std::vector<std::vector<std::string>> bucket_layout() const;
-  void assert_in_sync() const;
+
+ protected:
+  /// Checks the model against the other ranks' and takes rank 0's values (collective).
+  DataParallelBase(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Context> ctx, DDPOptions options);
+  /// Before the wrapped module's forward: buffers broadcast from rank 0 (if enabled).
+  void before_forward();
+  /// The monitor's phase marks around a forward; `samples` is the batch size (-1: none). begin
+  /// returns whether it marked (a training forward), which end takes back.
+  bool forward_begin(int64_t samples);
+  void forward_end(bool marked);
 
  private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<detail::DataParallelCore> core_;
 };
 
-}  // namespace detail
-
-/// Scope in which backward accumulates gradients locally without communication
-/// (gradient accumulation). The next backward outside the scope averages the accumulated sums.
-class NoSyncGuard {
- public:
-  explicit NoSyncGuard(detail::DataParallelCore& core) : core_(&core), previous_(core.sync_enabled()) {
-    core_->set_sync(false);
-  }
-  NoSyncGuard(NoSyncGuard&& other) noexcept : core_(std::exchange(other.core_, nullptr)), previous_(other.previous_) {}
-  NoSyncGuard(const NoSyncGuard&) = delete;
-  NoSyncGuard& operator=(const NoSyncGuard&) = delete;
-  NoSyncGuard& operator=(NoSyncGuard&&) = delete;
-  ~NoSyncGuard() {
-    if (core_) core_->set_sync(previous_);
-  }
-
- private:
-  detail::DataParallelCore* core_;
-  bool previous_;
-};
-
+/// The module: `DistributedDataParallel(module, ctx)` gives the holder below.
 template <typename ModuleHolder>
-class DistributedDataParallelImpl : public torch::nn::Module {
+class DistributedDataParallelImpl : public torch::nn::Module, public DataParallelBase {
  public:
   DistributedDataParallelImpl(ModuleHolder module, std::shared_ptr<Context> ctx, DDPOptions options = {})
-      : module_(register_module("module", std::move(module))),
-        core_(std::make_unique<detail::DataParallelCore>(module_.ptr(), std::move(ctx), options)) {}
+      : DataParallelBase(module.ptr(), std::move(ctx), std::move(options)),
+        module_(register_module("module", std::move(module))) {}
 
   /// Calls the wrapped module's forward (after broadcasting buffers, if enabled).
   template <typename... Args>
   decltype(auto) forward(Args&&... args) {
-    const bool marked = core_->forward_begin(detail::batch_size_of(args...));  // monitor: forward begins
-    core_->before_forward();
+    const bool marked = forward_begin(leading_batch_size(args...));  // monitor: forward begins
+    before_forward();
     decltype(auto) out = module_->forward(std::forward<Args>(args)...);
-    core_->forward_end(marked);  // monitor: backward (with the loss) begins
+    forward_end(marked);  // monitor: backward (with the loss) begins
     return out;
   }
 
   /// The wrapped module, e.g. to save it without the "module." prefix.
   ModuleHolder& module() { return module_; }
 
-  [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(*core_); }
-
-  /// Debug check: throws cohort::Error naming the ranks whose parameters differ from rank 0's.
-  void assert_in_sync() const { core_->assert_in_sync(); }
-
-  DDPStats stats() const { return core_->stats(); }
-  std::vector<std::vector<std::string>> bucket_layout() const { return core_->bucket_layout(); }
-
  private:
   ModuleHolder module_;
-  std::unique_ptr<detail::DataParallelCore> core_;
 };
 
 /// Holder in libtorch's style: `model->forward(x)`, `model->parameters()`.

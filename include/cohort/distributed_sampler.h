@@ -49,7 +49,9 @@ struct SamplerState {
 
 class DistributedSampler : public torch::data::samplers::Sampler<std::vector<size_t>> {
  public:
-  DistributedSampler(size_t dataset_size, const Context& ctx, SamplerOptions options = {});
+  /// This rank's share of a dataset of `dataset_size` samples, for the job `ctx` (the shared
+  /// pointer cohort::init() returns, as DistributedDataParallel and the Checkpointer take it).
+  DistributedSampler(size_t dataset_size, const std::shared_ptr<Context>& ctx, SamplerOptions options = {});
   /// Without a Context, for tests and tools: explicit rank and world size.
   DistributedSampler(size_t dataset_size, int rank, int world_size, SamplerOptions options = {});
 

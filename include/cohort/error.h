@@ -56,18 +56,4 @@ class AnomalyError : public Error {
   using Error::Error;
 };
 
-namespace detail {
-[[noreturn]] void check_failed(const char* expr, const char* file, int line, const std::string& msg);
-}  // namespace detail
-
 }  // namespace cohort
-
-/// Invariant check for states that cannot happen unless cohort has a bug.
-#define COHORT_CHECK(cond, msg_stream)                                         \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      std::ostringstream cohort_check_os_;                                     \
-      cohort_check_os_ << msg_stream;                                          \
-      ::cohort::detail::check_failed(#cond, __FILE__, __LINE__, cohort_check_os_.str()); \
-    }                                                                          \
-  } while (0)

@@ -42,7 +42,7 @@
 #include <utility>
 #include <vector>
 
-#include "cohort/distributed_data_parallel.h"  // detail::batch_size_of
+#include "cohort/module_wrapper.h"
 #include "cohort/sharded_state.h"
 
 namespace cohort {
@@ -67,73 +67,69 @@ struct LocalSGDStats {
 };
 
 namespace detail {
+class LocalSGDCore;  // the implementation (src/parallel/local_sgd_core.h)
+}
 
-/// The type-independent part of LocalSGD. Implemented in src/parallel/local_sgd.cpp.
-class LocalSGDCore final : public ShardedCheckpointable {
+/// What LocalSGD does independently of the wrapped module's type (implemented in the library).
+class LocalSGDBase : public ShardedCheckpointable {
  public:
-  LocalSGDCore(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Context> ctx, LocalSGDOptions options);
-  ~LocalSGDCore() override;
-  bool forward_begin(int64_t samples);
-  void forward_end(bool marked);
+  ~LocalSGDBase() override;
+  LocalSGDBase(const LocalSGDBase&) = delete;
+  LocalSGDBase& operator=(const LocalSGDBase&) = delete;
+
+  /// After the inner optimizer's step: counts it, and synchronises (collectively) when the count
+  /// is a multiple of sync_every. Returns whether it synchronised.
   bool step();
+  /// Synchronises now (collective); does not count a step. With nesterov every call is an outer step.
   void sync();
+  /// At the end of training (collective): synchronises the local steps since the last
+  /// synchronisation, if the step count is not a multiple of sync_every, so that every rank ends
+  /// with the same model. Returns whether it synchronised.
   bool finish();
+  /// For loops written for DDP's gradient accumulation: local steps never communicate, so this
+  /// guard does nothing.
+  [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(nullptr); }
+  /// Counters (local steps, synchronisations, bytes).
   LocalSGDStats stats() const;
 
+  // ShardedCheckpointable: the Checkpointer finds it through the module it is given.
   ShardState shard_state(const torch::optim::Optimizer* optimizer) override;
   NamedTensorList replicated_tensors() override;
   void load_shard_state(const ShardSource& source, torch::optim::Optimizer* optimizer) override;
   FullState full_state(const torch::optim::Optimizer* optimizer) override;
 
+ protected:
+  /// Checks the model against the other ranks' and takes rank 0's values (collective).
+  LocalSGDBase(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Context> ctx, LocalSGDOptions options);
+  /// The monitor's phase marks around a forward (as DataParallelBase's).
+  bool forward_begin(int64_t samples);
+  void forward_end(bool marked);
+
  private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<detail::LocalSGDCore> core_;
 };
 
-}  // namespace detail
-
+/// The module: `LocalSGD(module, ctx, options)` gives the holder below.
 template <typename ModuleHolder>
-class LocalSGDImpl : public torch::nn::Module, public ShardedCheckpointable {
+class LocalSGDImpl : public torch::nn::Module, public LocalSGDBase {
  public:
   LocalSGDImpl(ModuleHolder module, std::shared_ptr<Context> ctx, LocalSGDOptions options = {})
-      : module_(register_module("module", std::move(module))),
-        core_(std::make_unique<detail::LocalSGDCore>(module_.ptr(), std::move(ctx), options)) {}
+      : LocalSGDBase(module.ptr(), std::move(ctx), options), module_(register_module("module", std::move(module))) {}
 
+  /// The wrapped module's forward (no communication).
   template <typename... Args>
   decltype(auto) forward(Args&&... args) {
-    const bool marked = core_->forward_begin(detail::batch_size_of(args...));  // monitor: forward begins
+    const bool marked = forward_begin(leading_batch_size(args...));  // monitor: forward begins
     decltype(auto) out = module_->forward(std::forward<Args>(args)...);
-    core_->forward_end(marked);  // monitor: backward begins
+    forward_end(marked);  // monitor: backward begins
     return out;
   }
 
-  /// After the inner optimizer's step: counts it, and synchronises (collectively) when the count
-  /// is a multiple of sync_every. Returns whether it synchronised.
-  bool step() { return core_->step(); }
-  /// Synchronises now (collective); does not count a step. With nesterov every call is an outer step.
-  void sync() { core_->sync(); }
-  /// At the end of training (collective): synchronises the local steps since the last
-  /// synchronisation, if the step count is not a multiple of sync_every, so that every rank ends
-  /// with the same model. Returns whether it synchronised.
-  bool finish() { return core_->finish(); }
-  /// For loops written for DDP's gradient accumulation: local steps never communicate, so this
-  /// guard does nothing.
-  struct NoSync {};
-  [[nodiscard]] NoSync no_sync() { return {}; }
+  /// The wrapped module.
   ModuleHolder& module() { return module_; }
-  LocalSGDStats stats() const { return core_->stats(); }
-
-  // ShardedCheckpointable: the Checkpointer finds it through the module it is given.
-  ShardState shard_state(const torch::optim::Optimizer* optimizer) override { return core_->shard_state(optimizer); }
-  NamedTensorList replicated_tensors() override { return core_->replicated_tensors(); }
-  void load_shard_state(const ShardSource& source, torch::optim::Optimizer* optimizer) override {
-    core_->load_shard_state(source, optimizer);
-  }
-  FullState full_state(const torch::optim::Optimizer* optimizer) override { return core_->full_state(optimizer); }
 
  private:
   ModuleHolder module_;
-  std::unique_ptr<detail::LocalSGDCore> core_;
 };
 
 template <typename ModuleHolder>

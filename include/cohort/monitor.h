@@ -115,8 +115,9 @@ struct StepRecord {
 };
 
 namespace detail {
-class StepMonitor;
-}
+class StepMonitor;        // the implementation (src/monitor/worker_monitor.h)
+struct MonitorInternals;  // cohort's own hooks into it (DDP, the Checkpointer)
+}  // namespace detail
 
 class Monitor {
  public:
@@ -151,10 +152,8 @@ class Monitor {
   /// Metrics messages handed to the agent link, so far.
   int64_t messages_sent() const;
 
-  /// cohort's own hooks (DDP, the Checkpointer). Not for programs.
-  detail::StepMonitor& impl() { return *impl_; }
-
  private:
+  friend struct detail::MonitorInternals;
   std::unique_ptr<detail::StepMonitor> impl_;
 };
 

@@ -44,7 +44,7 @@
 #include <utility>
 #include <vector>
 
-#include "cohort/distributed_data_parallel.h"  // detail::batch_size_of
+#include "cohort/module_wrapper.h"
 #include "cohort/sharded_state.h"
 
 namespace cohort {
@@ -104,60 +104,59 @@ struct ShardedStats {
 };
 
 namespace detail {
+class ShardedCore;  // the implementation (src/parallel/sharded_core.h)
+}
 
-/// The type-independent part of ShardedDataParallel. Implemented in src/parallel/sharded_core.cpp.
-class ShardedCore {
+/// What ShardedDataParallel does independently of the wrapped module's type: units, shards,
+/// gathers and reductions, its checkpoint side (implemented in the library).
+class ShardedBase : public GradientSync, public ShardedCheckpointable {
  public:
-  ShardedCore(std::shared_ptr<torch::nn::Module> module, bool is_sequential, std::shared_ptr<Context> ctx,
+  ~ShardedBase() override;
+  ShardedBase(const ShardedBase&) = delete;
+  ShardedBase& operator=(const ShardedBase&) = delete;
+
+  /// Gradient accumulation: backward passes inside the returned guard's scope accumulate full
+  /// gradients locally (costing their full size meanwhile); the next one outside reduces the sums.
+  [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(this); }
+  bool sync_enabled() const override;
+  void set_sync_enabled(bool enabled) override;
+  /// Scales the shards' gradients so that the norm over all ranks' shards is at most max_norm;
+  /// returns that total norm (collective: every rank calls it).
+  double clip_grad_norm(double max_norm, double norm_type = 2.0);
+  /// For each shard (in parameters() order), a 0/1 tensor of its size: 1 where the element belongs
+  /// to a parameter that `select(name, sizes)` picks. Per-parameter choices on flat shards, e.g.
+  /// weight decay on matrices only: shard.addcmul_(shard, mask, -lr * wd) before the step.
+  std::vector<torch::Tensor> shard_masks(const std::function<bool(const std::string&, c10::IntArrayRef)>& select) const;
+  /// Counters since construction.
+  ShardedStats stats() const;
+  /// For each unit, the names of its parameters.
+  std::vector<std::vector<std::string>> unit_layout() const;
+
+  // ShardedCheckpointable: the Checkpointer finds it through the module it is given.
+  ShardState shard_state(const torch::optim::Optimizer* optimizer) override;
+  NamedTensorList replicated_tensors() override;
+  void load_shard_state(const ShardSource& source, torch::optim::Optimizer* optimizer) override;
+  FullState full_state(const torch::optim::Optimizer* optimizer) override;
+
+ protected:
+  /// Plans the units, checks the model against the other ranks', shards it (collective).
+  ShardedBase(std::shared_ptr<torch::nn::Module> module, bool is_sequential, std::shared_ptr<Context> ctx,
               ShardedOptions options);
-  ~ShardedCore();
   /// Rank r's shard of every unit, in unit order (leaf tensors requiring grad).
   const std::vector<torch::Tensor>& shards() const;
-  /// Before the wrapped module's forward: buffers broadcast, updated shards gathered (levels 1, 2;
-  /// level 3 with a single unit).
+  /// Before the wrapped module's forward: buffers broadcast, updated shards gathered.
   void before_forward();
   /// Level 3 on a Sequential: whether forward runs its children unit by unit, and doing it.
   bool runs_units() const;
   torch::Tensor forward_sequential(torch::Tensor x);
   /// Level 3 with one unit: after the module's forward (frees the unit once backward is done).
   void after_forward();
-  /// The monitor's phase marks around a forward (see DataParallelCore::forward_begin).
+  /// The monitor's phase marks around a forward (as DataParallelBase's).
   bool forward_begin(int64_t samples);
   void forward_end(bool marked);
-  void set_sync(bool enabled);
-  bool sync_enabled() const;
-  double clip_grad_norm(double max_norm, double norm_type);
-  std::vector<torch::Tensor> shard_masks(const std::function<bool(const std::string&, c10::IntArrayRef)>& select) const;
-  ShardedStats stats() const;
-  std::vector<std::vector<std::string>> unit_layout() const;
-  ShardedCheckpointable& checkpointable();
 
  private:
-  struct Impl;
-  std::shared_ptr<Impl> impl_;
-};
-
-}  // namespace detail
-
-/// Scope in which backward accumulates full gradients locally (no communication). The next
-/// backward outside the scope reduces the accumulated sums. Costs full-size gradients meanwhile.
-class ShardedNoSyncGuard {
- public:
-  explicit ShardedNoSyncGuard(detail::ShardedCore& core) : core_(&core), previous_(core.sync_enabled()) {
-    core_->set_sync(false);
-  }
-  ShardedNoSyncGuard(ShardedNoSyncGuard&& other) noexcept
-      : core_(std::exchange(other.core_, nullptr)), previous_(other.previous_) {}
-  ShardedNoSyncGuard(const ShardedNoSyncGuard&) = delete;
-  ShardedNoSyncGuard& operator=(const ShardedNoSyncGuard&) = delete;
-  ShardedNoSyncGuard& operator=(ShardedNoSyncGuard&&) = delete;
-  ~ShardedNoSyncGuard() {
-    if (core_) core_->set_sync(previous_);
-  }
-
- private:
-  detail::ShardedCore* core_;
-  bool previous_;
+  std::unique_ptr<detail::ShardedCore> core_;
 };
 
 /// The wrapper. Its registered parameters are the shards ("unit_<k>_shard"), so
@@ -165,32 +164,31 @@ class ShardedNoSyncGuard {
 /// `model->module()` (its parameters are full only while gathered: at level 3, between forward and
 /// backward of their unit).
 template <typename ModuleHolder>
-class ShardedDataParallelImpl : public torch::nn::Module, public ShardedCheckpointable {
+class ShardedDataParallelImpl : public torch::nn::Module, public ShardedBase {
  public:
   static constexpr bool kSequential = std::is_same_v<ModuleHolder, torch::nn::Sequential>;
 
   ShardedDataParallelImpl(ModuleHolder module, std::shared_ptr<Context> ctx, ShardedOptions options = {})
-      : module_(std::move(module)),
-        core_(std::make_unique<detail::ShardedCore>(module_.ptr(), kSequential, std::move(ctx), std::move(options))) {
-    const auto& shards = core_->shards();
-    for (size_t k = 0; k < shards.size(); ++k) register_parameter("unit_" + std::to_string(k) + "_shard", shards[k]);
+      : ShardedBase(module.ptr(), kSequential, std::move(ctx), std::move(options)), module_(std::move(module)) {
+    const auto& own = shards();
+    for (size_t k = 0; k < own.size(); ++k) register_parameter("unit_" + std::to_string(k) + "_shard", own[k]);
   }
 
   /// The wrapped module's forward: unit by unit for a Sequential at level 3.
   template <typename... Args>
   decltype(auto) forward(Args&&... args) {
-    const bool marked = core_->forward_begin(detail::batch_size_of(args...));  // monitor: forward begins
+    const bool marked = forward_begin(leading_batch_size(args...));  // monitor: forward begins
     if constexpr (kSequential) {
-      if (core_->runs_units()) {
-        auto out = core_->forward_sequential(std::forward<Args>(args)...);
-        core_->forward_end(marked);  // monitor: backward begins
+      if (runs_units()) {
+        auto out = forward_sequential(std::forward<Args>(args)...);
+        forward_end(marked);  // monitor: backward begins
         return out;
       }
     }
-    core_->before_forward();
+    before_forward();
     decltype(auto) out = module_->forward(std::forward<Args>(args)...);
-    core_->after_forward();
-    core_->forward_end(marked);
+    after_forward();
+    forward_end(marked);
     return out;
   }
 
@@ -201,38 +199,11 @@ class ShardedDataParallelImpl : public torch::nn::Module, public ShardedCheckpoi
     module_->train(on);
   }
 
+  /// The wrapped module.
   ModuleHolder& module() { return module_; }
-  [[nodiscard]] ShardedNoSyncGuard no_sync() { return ShardedNoSyncGuard(*core_); }
-  /// Scales the shards' gradients so that the norm over all ranks' shards is at most max_norm;
-  /// returns that total norm (collective: every rank calls it).
-  double clip_grad_norm(double max_norm, double norm_type = 2.0) { return core_->clip_grad_norm(max_norm, norm_type); }
-  /// For each shard (in parameters() order), a 0/1 tensor of its size: 1 where the element belongs
-  /// to a parameter that `select(name, sizes)` picks. Per-parameter choices on flat shards, e.g.
-  /// weight decay on matrices only: shard.addcmul_(shard, mask, -lr * wd) before the step.
-  std::vector<torch::Tensor> shard_masks(const std::function<bool(const std::string&, c10::IntArrayRef)>& select) const {
-    return core_->shard_masks(select);
-  }
-  ShardedStats stats() const { return core_->stats(); }
-  /// For each unit, the names of its parameters.
-  std::vector<std::vector<std::string>> unit_layout() const { return core_->unit_layout(); }
-
-  // ShardedCheckpointable: the Checkpointer finds it through the module it is given.
-  ShardState shard_state(const torch::optim::Optimizer* optimizer) override {
-    return core_->checkpointable().shard_state(optimizer);
-  }
-  std::vector<std::pair<std::string, at::Tensor>> replicated_tensors() override {
-    return core_->checkpointable().replicated_tensors();
-  }
-  void load_shard_state(const ShardSource& source, torch::optim::Optimizer* optimizer) override {
-    core_->checkpointable().load_shard_state(source, optimizer);
-  }
-  FullState full_state(const torch::optim::Optimizer* optimizer) override {
-    return core_->checkpointable().full_state(optimizer);
-  }
 
  private:
   ModuleHolder module_;
-  std::unique_ptr<detail::ShardedCore> core_;
 };
 
 template <typename ModuleHolder>

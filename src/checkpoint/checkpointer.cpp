@@ -42,6 +42,8 @@
 #include "cohort/sharded_state.h"
 #include "monitor/worker_monitor.h"
 #include "runtime/log.h"
+#include "runtime/check.h"
+#include "runtime/context_internals.h"
 
 namespace cohort {
 namespace {
@@ -435,7 +437,7 @@ Checkpointer::Checkpointer(std::string dir, std::shared_ptr<Context> ctx, Checkp
       options_.keep_every_steps < 0)
     throw ConfigError(rank, "Checkpointer: every_steps, every_seconds, keep_last and keep_every_steps must be >= 0");
   impl_ = std::make_unique<Impl>(*this);
-  impl_->sequence_ = ctx_->next_sequence();
+  impl_->sequence_ = detail::ContextInternals::next_sequence(*ctx_);
   std::lock_guard<std::mutex> lock(g_live_mutex);
   if (!g_live) {
     g_live = new std::set<Checkpointer*>();

@@ -13,6 +13,7 @@
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/manifest.h"
 #include "cohort/error.h"
+#include "runtime/check.h"
 
 namespace cohort::ckpt {
 

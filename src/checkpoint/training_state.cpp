@@ -11,6 +11,7 @@
 
 #include "cohort/error.h"
 #include "cohort/torch_compat.h"
+#include "runtime/torch_compat_internal.h"
 
 namespace cohort::ckpt {
 namespace {

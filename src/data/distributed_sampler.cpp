@@ -57,8 +57,8 @@ struct DistributedSampler::State {
   }
 };
 
-DistributedSampler::DistributedSampler(size_t dataset_size, const Context& ctx, SamplerOptions options)
-    : DistributedSampler(dataset_size, ctx.rank(), ctx.world_size(), options) {}
+DistributedSampler::DistributedSampler(size_t dataset_size, const std::shared_ptr<Context>& ctx, SamplerOptions options)
+    : DistributedSampler(dataset_size, ctx ? ctx->rank() : 0, ctx ? ctx->world_size() : 0, options) {}
 
 DistributedSampler::DistributedSampler(size_t dataset_size, int rank, int world_size, SamplerOptions options)
     : state_(std::make_shared<State>()) {

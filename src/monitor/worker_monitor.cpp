@@ -387,10 +387,10 @@ Monitor& process_monitor() {
 }
 }  // namespace
 
-StepMonitor& current_step_monitor() { return monitor().impl(); }
+StepMonitor& current_step_monitor() { return MonitorInternals::of(monitor()); }
 
 void set_process_monitor_identity(int rank, int world_size, int restart_count) {
-  process_monitor().impl().set_identity(rank, world_size, restart_count);
+  MonitorInternals::of(process_monitor()).set_identity(rank, world_size, restart_count);
 }
 
 }  // namespace detail

@@ -125,7 +125,12 @@ class StepMonitor {
   int64_t rss_read_ns_ = 0;
 };
 
-/// The thread's monitor (cohort::monitor().impl()).
+/// cohort's way to the implementation behind a cohort::Monitor.
+struct MonitorInternals {
+  static StepMonitor& of(Monitor& m) { return *m.impl_; }
+};
+
+/// The thread's monitor (cohort::monitor()'s implementation).
 StepMonitor& current_step_monitor();
 
 /// The "metrics" message for `r` (docs/monitoring.md): one JSON object, non-finite numbers as the

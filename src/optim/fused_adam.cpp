@@ -11,6 +11,7 @@
 #include "cohort/torch_compat.h"
 #include "optim/adam_kernel.h"
 #include "optim/fusable.h"
+#include "runtime/torch_compat_internal.h"
 
 namespace cohort {
 

@@ -9,6 +9,7 @@
 #include "cohort/torch_compat.h"
 #include "optim/fusable.h"
 #include "optim/sgd_kernel.h"
+#include "runtime/torch_compat_internal.h"
 
 namespace cohort {
 

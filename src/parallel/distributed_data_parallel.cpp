@@ -1,6 +1,6 @@
 // DataParallelCore: construction-time checks and broadcasts, per-forward buffer broadcast, and
 // the GradReducer that averages gradients during backward. See distributed_data_parallel.h.
-#include "cohort/distributed_data_parallel.h"
+#include "data_parallel_core.h"
 
 #include "cohort/comm_hook.h"
 #include "cohort/context.h"
@@ -9,6 +9,8 @@
 #include "hierarchical_comm.h"
 #include "monitor/worker_monitor.h"
 #include "replica_sync.h"
+#include "runtime/check.h"
+#include "runtime/context_internals.h"
 
 namespace cohort::detail {
 
@@ -70,7 +72,7 @@ DataParallelCore::DataParallelCore(std::shared_ptr<torch::nn::Module> module, st
       throw ConfigError(c.rank(), "DDP allreduce 'hierarchical' is not possible in this job: " + why);
     }
   }
-  impl_->reducer = GradReducer::create(std::move(trainable), c.group(device), c.shm_allreduce(), c.rank(),
+  impl_->reducer = GradReducer::create(std::move(trainable), c.group(device), detail::ContextInternals::shm_allreduce(c), c.rank(),
                                        c.world_size(), options, impl_->monitor, std::move(comm));
 }
 

@@ -3,6 +3,7 @@
 #include <c10/core/StorageImpl.h>
 
 #include "cohort/error.h"
+#include "runtime/check.h"
 
 namespace cohort::detail {
 namespace {

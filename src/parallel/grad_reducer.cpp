@@ -8,6 +8,7 @@
 #include "cohort/error.h"
 #include "runtime/flight_op.h"
 #include "runtime/progress.h"
+#include "runtime/check.h"
 
 namespace cohort::detail {
 

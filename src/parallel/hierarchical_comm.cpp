@@ -6,6 +6,7 @@
 #include "cohort/error.h"
 #include "runtime/flight_op.h"
 #include "runtime/subgroup.h"
+#include "runtime/context_internals.h"
 
 namespace cohort::detail {
 
@@ -28,7 +29,7 @@ std::unique_ptr<HierarchicalComm> HierarchicalComm::create(Context& ctx, std::st
   // The layout is read from each rank's own environment: agree on it (and on the segments
   // mapping) with one tiny allreduce, so that every rank takes the same path.
   const JobEnv& e = ctx.env();
-  const std::string prefix = "cohort/ddp/" + std::to_string(ctx.next_sequence()) + "/hierarchical/";
+  const std::string prefix = "cohort/ddp/" + std::to_string(detail::ContextInternals::next_sequence(ctx)) + "/hierarchical/";
   std::unique_ptr<ShmAllreduce> node;
   auto agree = [&](bool ok) {
     std::vector<at::Tensor> flag{torch::tensor({ok ? 0 : 1}, torch::kInt)};
@@ -52,7 +53,7 @@ std::unique_ptr<HierarchicalComm> HierarchicalComm::create(Context& ctx, std::st
   std::unique_ptr<HierarchicalComm> comm(new HierarchicalComm(ctx, std::move(node)));
   comm->cross_ = make_cpu_subgroup(ctx, prefix + "cross" + std::to_string(e.local_rank) + "/", e.node_rank,
                                    e.world_size / e.local_world_size);
-  comm->flat_ = std::make_unique<GroupHookComm>(ctx.group(), ctx.shm_allreduce(), e.rank, e.world_size);
+  comm->flat_ = std::make_unique<GroupHookComm>(ctx.group(), detail::ContextInternals::shm_allreduce(ctx), e.rank, e.world_size);
   return comm;
 }
 

@@ -1,7 +1,7 @@
 // LocalSGDCore: construction checks and broadcast, the synchronisation (one allreduce of the
 // parameters and floating buffers, then the outer step), and the checkpoint side. See
 // cohort/local_sgd.h.
-#include "cohort/local_sgd.h"
+#include "local_sgd_core.h"
 
 #include <nlohmann/json.hpp>
 
@@ -16,6 +16,8 @@
 #include "hook_comm.h"
 #include "monitor/worker_monitor.h"
 #include "replica_sync.h"
+#include "runtime/check.h"
+#include "runtime/context_internals.h"
 
 namespace cohort::detail {
 namespace {
@@ -153,7 +155,7 @@ LocalSGDCore::LocalSGDCore(std::shared_ptr<torch::nn::Module> module, std::share
     m.anchor_views = m.views_of(m.anchor);
     m.momentum_views = m.views_of(m.momentum);
   }
-  m.comm = std::make_unique<GroupHookComm>(c.group(first.device()), c.shm_allreduce(), m.rank, m.world,
+  m.comm = std::make_unique<GroupHookComm>(c.group(first.device()), detail::ContextInternals::shm_allreduce(c), m.rank, m.world,
                                            "local sgd sync");
   m.monitor = &current_step_monitor();
   m.monitor->set_identity(c.rank(), c.world_size(), c.env().restart_count);

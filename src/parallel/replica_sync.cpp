@@ -9,6 +9,7 @@
 #include "cohort/checksum.h"
 #include "cohort/error.h"
 #include "runtime/flight_op.h"
+#include "runtime/context_internals.h"
 
 namespace cohort::detail {
 namespace {
@@ -70,7 +71,7 @@ void check_same_model(Context& ctx, const std::vector<NamedTensor>& tensors, con
 
   // Slow path, only on a mismatch: exchange the signatures through the store to name the
   // difference. Every rank reaches this point, because every rank saw the same hashes.
-  const std::string prefix = "cohort/ddp/" + std::to_string(ctx.next_sequence()) + "/signature/";
+  const std::string prefix = "cohort/ddp/" + std::to_string(detail::ContextInternals::next_sequence(ctx)) + "/signature/";
   const std::string model = model_signature(tensors);
   ctx.store()->set(prefix + std::to_string(ctx.rank()), std::vector<uint8_t>(model.begin(), model.end()));
   ctx.store()->set(prefix + "settings/" + std::to_string(ctx.rank()),

@@ -3,6 +3,7 @@
 #include "cohort/error.h"
 #include "ring_reduce_scatter.h"
 #include "runtime/flight_op.h"
+#include "runtime/torch_compat_internal.h"
 
 namespace cohort::detail {
 

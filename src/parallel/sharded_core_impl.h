@@ -23,9 +23,9 @@
 #include <vector>
 
 #include "cohort/context.h"
-#include "cohort/sharded_data_parallel.h"
 #include "comm_queue.h"
 #include "flat_unit.h"
+#include "sharded_core.h"
 #include "monitor/worker_monitor.h"
 #include "shard_collectives.h"
 #include "unit_plan.h"

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "cohort/error.h"
+#include "runtime/check.h"
 
 namespace cohort::detail {
 namespace {

@@ -1,5 +1,6 @@
 // Invariant failures (COHORT_CHECK): a bug in cohort, reported with where and what.
 #include "cohort/error.h"
+#include "runtime/check.h"
 
 namespace cohort::detail {
 

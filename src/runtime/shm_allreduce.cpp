@@ -18,6 +18,7 @@
 #include "duration_text.h"
 #include "flight_op.h"
 #include "log.h"
+#include "runtime/check.h"
 
 namespace cohort::detail {
 

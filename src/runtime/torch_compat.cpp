@@ -3,6 +3,9 @@
 #include "cohort/torch_compat.h"
 
 #include <ATen/autocast_mode.h>
+#include <torch/optim/optimizer.h>
+
+#include "runtime/torch_compat_internal.h"
 
 // 2.4 made autocast's state per device type; before, CUDA's had functions of its own.
 #define COHORT_AUTOCAST_PER_DEVICE (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4))
@@ -35,6 +38,12 @@ AutocastGuard::~AutocastGuard() {
   at::autocast::set_enabled(was_enabled_);
   at::autocast::set_autocast_gpu_dtype(was_dtype_);
 #endif
+}
+
+torch::optim::OptimizerParamState* optimizer_state_of(torch::optim::Optimizer& optimizer, const at::Tensor& param) {
+  auto& state = optimizer.state();
+  auto it = state.find(optimizer_state_key<std::decay_t<decltype(state)>>(param));
+  return it == state.end() ? nullptr : it->second.get();
 }
 
 }  // namespace cohort

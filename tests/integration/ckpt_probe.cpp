@@ -19,6 +19,8 @@
 #include <fstream>
 #include <iostream>
 
+#include "runtime/torch_compat_internal.h"
+
 namespace {
 
 struct Probe : torch::nn::Module {

@@ -205,7 +205,7 @@ TEST(CheckpointWorldSize, SaveAtFourRestoreAtTwoCoversTheEpochExactlyOnce) {
   };
   run_ranks(4, [&](std::shared_ptr<Context> ctx) {
     Trainer t(ctx, "sgd", initial_parameters(5));
-    DistributedSampler sampler(dataset, *ctx, {.shuffle = true, .seed = 11});
+    DistributedSampler sampler(dataset, ctx, {.shuffle = true, .seed = 11});
     sampler.set_epoch(3);
     for (int b = 0; b < 2; ++b) record(*sampler.next(batch));  // 4 ranks x 2 batches x 5 = 40 samples
     Checkpointer checkpoints(dir, ctx, {.async = false});
@@ -213,7 +213,7 @@ TEST(CheckpointWorldSize, SaveAtFourRestoreAtTwoCoversTheEpochExactlyOnce) {
   });
   run_ranks(2, [&](std::shared_ptr<Context> ctx) {
     Trainer t(ctx, "sgd", initial_parameters(6));
-    DistributedSampler sampler(dataset, *ctx, {.shuffle = true, .seed = 11});
+    DistributedSampler sampler(dataset, ctx, {.shuffle = true, .seed = 11});
     Checkpointer checkpoints(dir, ctx);
     const auto info = checkpoints.restore_latest({&*t.model, t.opt.get(), &sampler});
     ASSERT_TRUE(info.has_value());

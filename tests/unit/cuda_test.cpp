@@ -13,6 +13,7 @@
 #include "support/ddp_fixtures.h"
 #include "support/thread_ranks.h"
 #include "unit/sharded/sharded_fixtures.h"
+#include "runtime/torch_compat_internal.h"
 
 namespace {
 

@@ -8,6 +8,7 @@
 #include "cohort/distributed_data_parallel.h"
 #include "support/ddp_fixtures.h"
 #include "support/thread_ranks.h"
+#include "runtime/context_internals.h"
 
 namespace {
 
@@ -58,7 +59,7 @@ TEST_P(DdpEquivalence, SameParametersAsOneProcessOnTheWholeBatch) {
     results[r] = snapshot(*model->module());
     checksums[r] = cohort::parameters_checksum(*model);
     stats[r] = model->stats();
-    EXPECT_EQ(ctx->shm_allreduce() != nullptr, c.shm);
+    EXPECT_EQ(cohort::detail::ContextInternals::shm_allreduce(*ctx) != nullptr, c.shm);
   }, {.same_machine = c.shm});
   expect_close(results[0], expected);
   for (int r = 1; r < c.world; ++r) EXPECT_EQ(checksums[r], checksums[0]) << "rank " << r << " diverged";

@@ -7,7 +7,7 @@
 #include <fstream>
 
 #include "cohort/error.h"
-#include "cohort/idx.h"
+#include "idx.h"
 
 namespace {
 

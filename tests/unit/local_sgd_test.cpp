@@ -16,6 +16,7 @@
 #include "cohort/torch_compat.h"
 #include "support/ddp_fixtures.h"
 #include "support/thread_ranks.h"
+#include "runtime/torch_compat_internal.h"
 
 namespace fs = std::filesystem;
 using namespace cohort;

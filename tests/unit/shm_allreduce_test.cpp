@@ -8,6 +8,7 @@
 #include "cohort/error.h"
 #include "runtime/shm_allreduce.h"
 #include "support/thread_ranks.h"
+#include "runtime/context_internals.h"
 
 namespace {
 
@@ -20,7 +21,7 @@ void check_sums(int world, torch::ScalarType dtype, int64_t n, size_t slot_bytes
   RankOptions options{.same_machine = true};
   options.init.shm_slot_bytes = slot_bytes;
   run_ranks(world, [&](std::shared_ptr<cohort::Context> ctx) {
-    ASSERT_NE(ctx->shm_allreduce(), nullptr);
+    ASSERT_NE(cohort::detail::ContextInternals::shm_allreduce(*ctx), nullptr);
     auto gen = at::detail::createCPUGenerator(100 + ctx->rank());
     auto t = torch::randn({n}, gen, torch::TensorOptions().dtype(dtype));
     auto expected = t.clone();
@@ -32,7 +33,7 @@ void check_sums(int world, torch::ScalarType dtype, int64_t n, size_t slot_bytes
     }
     for (int round = 0; round < 3; ++round) {  // several operations in a row reuse the buffers
       auto x = t.clone();
-      ctx->shm_allreduce()->allreduce_async(x)->wait();
+      cohort::detail::ContextInternals::shm_allreduce(*ctx)->allreduce_async(x)->wait();
       EXPECT_TRUE(torch::allclose(x, expected, 1e-6, 1e-6));
       if (round == 2) {
         std::lock_guard<std::mutex> lock(mu);
@@ -54,7 +55,7 @@ TEST(ShmAllreduce, ScalesTheSumInTheSamePass) {
   options.init.shm_slot_bytes = 256;
   run_ranks(3, [&](std::shared_ptr<cohort::Context> ctx) {
     auto x = torch::full({1000}, static_cast<float>(ctx->rank() + 1));  // 1 + 2 + 3 = 6
-    ctx->shm_allreduce()->allreduce_async(x, 0.5)->wait();
+    cohort::detail::ContextInternals::shm_allreduce(*ctx)->allreduce_async(x, 0.5)->wait();
     results[ctx->rank()] = x;
   }, options);
   for (const auto& x : results) EXPECT_TRUE(x.equal(torch::full({1000}, 3.0f)));
@@ -78,7 +79,7 @@ TEST(ShmAllreduce, AMissingRankIsAnErrorAfterTheTimeoutNotAHang) {
   run_ranks(2, [&](std::shared_ptr<cohort::Context> ctx) {
     if (ctx->rank() != 0) return;  // rank 1 never takes part
     try {
-      ctx->shm_allreduce()->allreduce_async(torch::ones({10}))->wait();
+      cohort::detail::ContextInternals::shm_allreduce(*ctx)->allreduce_async(torch::ones({10}))->wait();
     } catch (const cohort::CommError& e) {
       error = e.what();
     }

@@ -553,7 +553,7 @@ TEST(WorkerMonitorDatagram, AnomalyAndCheckpointEventsArrive) {
   EXPECT_EQ(e["policy"], "warn");
   EXPECT_EQ(e["what"], "loss");
   EXPECT_EQ(e["step"], 1);
-  mon.impl().checkpoint_saved(200, "/x/step-00000200", 12300000, 0.21);
+  cohort::detail::MonitorInternals::of(mon).checkpoint_saved(200, "/x/step-00000200", 12300000, 0.21);
   e = agent.next("event");
   ASSERT_FALSE(e.is_null());
   EXPECT_EQ(e["kind"], "checkpoint_saved");

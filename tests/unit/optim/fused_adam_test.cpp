@@ -16,6 +16,7 @@
 #include "support/ddp_fixtures.h"
 #include "support/optim_fixtures.h"
 #include "support/thread_ranks.h"
+#include "runtime/torch_compat_internal.h"
 
 namespace fs = std::filesystem;
 using namespace cohort::testing;

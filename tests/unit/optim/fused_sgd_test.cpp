@@ -10,6 +10,7 @@
 #include "cohort/fused_sgd.h"
 #include "cohort/torch_compat.h"
 #include "support/optim_fixtures.h"
+#include "runtime/torch_compat_internal.h"
 
 using namespace cohort::testing;
 

@@ -13,6 +13,7 @@
 
 #include "parallel/shard_collectives.h"
 #include "support/thread_ranks.h"
+#include "runtime/context_internals.h"
 
 namespace {
 
@@ -33,9 +34,9 @@ std::vector<std::vector<torch::Tensor>> gather_all(int world, AllgatherAlgo algo
   RankOptions options{.same_machine = true};
   options.init.shm_slot_bytes = slot_bytes;
   run_ranks(world, [&](std::shared_ptr<cohort::Context> ctx) {
-    ASSERT_NE(ctx->shm_allreduce(), nullptr);
+    ASSERT_NE(cohort::detail::ContextInternals::shm_allreduce(*ctx), nullptr);
     const int r = ctx->rank();
-    cohort::detail::ShardCollectives coll(ctx->group(torch::kCPU), ctx->shm_allreduce(), r, world,
+    cohort::detail::ShardCollectives coll(ctx->group(torch::kCPU), cohort::detail::ContextInternals::shm_allreduce(*ctx), r, world,
                                           ReduceScatterAlgo::ring, algo);
     ASSERT_EQ(coll.allgather_algo(), algo);
     std::vector<torch::Tensor> mine;
@@ -93,7 +94,7 @@ std::vector<std::vector<torch::Tensor>> reduce_scatter_all(int world, ReduceScat
   options.init.shm_slot_bytes = slot_bytes;
   run_ranks(world, [&](std::shared_ptr<cohort::Context> ctx) {
     const int r = ctx->rank();
-    cohort::detail::ShardCollectives coll(ctx->group(torch::kCPU), ctx->shm_allreduce(), r, world, algo,
+    cohort::detail::ShardCollectives coll(ctx->group(torch::kCPU), cohort::detail::ContextInternals::shm_allreduce(*ctx), r, world, algo,
                                           AllgatherAlgo::shm);
     ASSERT_EQ(coll.reduce_scatter_algo(), algo);
     std::vector<torch::Tensor> mine;

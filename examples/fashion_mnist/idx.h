@@ -1,4 +1,5 @@
-// cohort/idx.h — reading IDX files (the MNIST / Fashion-MNIST format), gzipped or not.
+// idx.h — reading IDX files (the MNIST / Fashion-MNIST format), gzipped or not. Part of the
+// example, not of cohort's API: a data reader is the program's business.
 #pragma once
 
 #include <ATen/core/Tensor.h>

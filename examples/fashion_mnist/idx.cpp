@@ -1,6 +1,6 @@
 // IDX reader: a 4-byte magic (0, 0, type, ndim), ndim big-endian uint32 sizes, then the data.
 // zlib's gzread reads gzipped and plain files alike.
-#include "cohort/idx.h"
+#include "idx.h"
 
 #include <ATen/ATen.h>
 #include <sys/stat.h>

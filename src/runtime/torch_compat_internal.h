@@ -1,0 +1,39 @@
+// runtime/torch_compat_internal.h — the libtorch 1.13 / 2.x differences only cohort's own code
+// meets (the public ones are in cohort/torch_compat.h).
+//
+// Optimizer state: 1.13 keys torch::optim::Optimizer::state() by the parameter's TensorImpl address
+// printed as text; later versions key it by the address itself. optimizer_state_key() follows the
+// map's key type, so the checkpointer works with both.
+#pragma once
+
+#include <sstream>
+#include <string>
+#include <type_traits>
+
+#include "cohort/torch_compat.h"
+
+namespace cohort {
+
+// Reduce-scatter and allgather on one flat tensor (sharded data parallel): NCCL has them as
+// _reduce_scatter_base / _allgather_base on 1.13 and 2.x; 1.13's Gloo has neither (it throws), so
+// cohort builds them from send/recv, allgather and allreduce there (src/parallel/shard_collectives.h).
+inline bool has_native_flat_collectives(Backend& group) { return group.getBackendName() != "gloo"; }
+inline WorkHandle native_reduce_scatter(Backend& group, at::Tensor& output, at::Tensor& input) {
+  return group._reduce_scatter_base(output, input, c10d::ReduceScatterOptions());
+}
+inline WorkHandle native_allgather(Backend& group, at::Tensor& output, at::Tensor& input) {
+  return group._allgather_base(output, input, c10d::AllgatherOptions());
+}
+
+template <typename StateMap, typename TensorT>
+typename StateMap::key_type optimizer_state_key(const TensorT& param) {
+  if constexpr (std::is_same_v<typename StateMap::key_type, std::string>) {
+    std::ostringstream key;  // what c10::guts::to_string(impl) gives
+    key << param.unsafeGetTensorImpl();
+    return key.str();
+  } else {
+    return param.unsafeGetTensorImpl();
+  }
+}
+
+}  // namespace cohort
