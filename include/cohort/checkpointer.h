@@ -47,6 +47,7 @@ namespace cohort {
 class Context;
 class DistributedSampler;
 
+/// When a Checkpointer saves, which checkpoints it keeps, and how it writes them.
 struct CheckpointOptions {
   /// maybe_save saves when the step is a multiple of this (0: never by step count).
   int64_t every_steps = 0;
@@ -61,6 +62,7 @@ struct CheckpointOptions {
   bool async = true;
   /// A save that is due while the previous one is still being written: wait for it, or skip this one.
   enum class WhenBusy { wait, skip };
+  /// What an asynchronous maybe_save does with such a save (the ranks decide together).
   WhenBusy when_busy = WhenBusy::wait;
   /// How long rank 0 waits for the other ranks' parts of a save before giving it up.
   std::chrono::milliseconds commit_timeout{std::chrono::seconds(300)};
@@ -68,11 +70,11 @@ struct CheckpointOptions {
 
 /// What restore_latest found and applied.
 struct RestoreInfo {
-  std::string path;
-  int64_t step = 0;
-  int64_t epoch = 0;
-  int saved_world_size = 0;
-  std::map<std::string, std::string> metadata;
+  std::string path;  ///< the checkpoint's directory (DIR/step-00001200)
+  int64_t step = 0;  ///< the step it was saved at; the Checkpointer counts on from it
+  int64_t epoch = 0;  ///< the sampler's epoch when it was saved (0 without a sampler)
+  int saved_world_size = 0;  ///< the world size that saved it
+  std::map<std::string, std::string> metadata;  ///< your key-value pairs saved with it (metadata() has them too)
 };
 
 /// State of your own that checkpoints carry, like torch.distributed.checkpoint's Stateful: a
@@ -83,6 +85,7 @@ struct RestoreInfo {
 class Stateful {
  public:
   virtual ~Stateful() = default;
+  /// This object's state as text (JSON, say); keep it the same on every rank (rank 0's is saved).
   virtual std::string state_dict() const = 0;
   /// Throw (any std::exception) if the text does not fit: the restore then fails with a
   /// CheckpointError naming the object.
@@ -94,14 +97,20 @@ using UserStates = std::map<std::string, Stateful*>;
 
 /// The objects a checkpoint covers; optimizer and sampler may be null, `user` empty.
 struct TrainingState {
-  torch::nn::Module* module = nullptr;
-  torch::optim::Optimizer* optimizer = nullptr;
-  DistributedSampler* sampler = nullptr;
-  UserStates user;
+  torch::nn::Module* module = nullptr;  ///< the model (parameters and buffers); must not be null
+  torch::optim::Optimizer* optimizer = nullptr;  ///< its optimizer (state and learning rates), or null
+  DistributedSampler* sampler = nullptr;  ///< the data sampler (its place in the epoch), or null
+  UserStates user;  ///< your own Stateful objects, by name
 };
 
+/// Saves and restores the whole training state (module, optimizer, sampler, every rank's RNG state,
+/// step, epoch, your own state) in a directory of checkpoints. Saves and restores are collective:
+/// every rank constructs a Checkpointer and makes the same calls in the same order.
 class Checkpointer {
  public:
+  /// Checkpoints in `dir` for the job `ctx` (the shared pointer cohort::init() returns). Throws
+  /// ConfigError without a Context, for an empty `dir`, or for a negative count or interval in
+  /// `options`.
   Checkpointer(std::string dir, std::shared_ptr<Context> ctx, CheckpointOptions options = {});
   /// Finishes a save in flight (a failure is logged, not thrown).
   ~Checkpointer();
@@ -124,6 +133,7 @@ class Checkpointer {
 
   /// Optimizer steps counted by maybe_save (or restored); the checkpoint's step.
   int64_t step() const { return step_; }
+  /// Sets that count; maybe_save counts on from it.
   void set_step(int64_t step) { step_ = step; }
   /// Your key-value pairs, saved with every checkpoint and filled in again by restore.
   std::map<std::string, std::string>& metadata() { return metadata_; }
@@ -131,23 +141,28 @@ class Checkpointer {
   std::string last_error() const;
   /// Saves committed by this process (rank 0), and bytes it wrote in them.
   int64_t saves_committed() const;
+  /// The checkpoint directory, as given (without trailing slashes).
   const std::string& dir() const { return dir_; }
 
   // The usual spellings: a module or module holder (DDP), then optimizer, sampler and your own
   // Stateful objects, e.g. checkpoints.maybe_save(model, optimizer, sampler, {{"schedule", &schedule}}).
+  /// restore_latest(const TrainingState&) for a model, its optimizer, the sampler and your objects.
   template <typename M>
   std::optional<RestoreInfo> restore_latest(M& model, torch::optim::Optimizer& optimizer, DistributedSampler& sampler,
                                             UserStates user = {}) {
     return restore_latest(TrainingState{&module_of(model), &optimizer, &sampler, std::move(user)});
   }
+  /// maybe_save(const TrainingState&) for a model, its optimizer, the sampler and your objects.
   template <typename M>
   bool maybe_save(M& model, torch::optim::Optimizer& optimizer, DistributedSampler& sampler, UserStates user = {}) {
     return maybe_save(TrainingState{&module_of(model), &optimizer, &sampler, std::move(user)});
   }
+  /// save(const TrainingState&) for a model, its optimizer, the sampler and your objects.
   template <typename M>
   void save(M& model, torch::optim::Optimizer& optimizer, DistributedSampler& sampler, UserStates user = {}) {
     save(TrainingState{&module_of(model), &optimizer, &sampler, std::move(user)});
   }
+  /// save_async(const TrainingState&) for a model, its optimizer, the sampler and your objects.
   template <typename M>
   void save_async(M& model, torch::optim::Optimizer& optimizer, DistributedSampler& sampler, UserStates user = {}) {
     save_async(TrainingState{&module_of(model), &optimizer, &sampler, std::move(user)});

@@ -37,11 +37,11 @@ namespace cohort {
 
 /// One bucket as a hook sees it.
 struct GradBucket {
-  int index = 0;                        // the same bucket number on every rank
-  at::Tensor buffer;                    // 1-D: this rank's gradients of the bucket, flattened
-  std::vector<at::Tensor> gradients;    // views of buffer, one per parameter, in its shape
-  std::vector<std::string> names;       // the parameters' names
-  bool is_last = false;                 // the last bucket of this backward pass
+  int index = 0;                        ///< the same bucket number on every rank
+  at::Tensor buffer;                    ///< 1-D: this rank's gradients of the bucket, flattened
+  std::vector<at::Tensor> gradients;    ///< views of buffer, one per parameter, in its shape
+  std::vector<std::string> names;       ///< the parameters' names
+  bool is_last = false;                 ///< the last bucket of this backward pass
 };
 
 /// The collectives a hook may call, over the job's process group for the bucket's device (and
@@ -50,13 +50,17 @@ struct GradBucket {
 class HookComm {
  public:
   virtual ~HookComm() = default;
+  /// This process's rank in the job.
   virtual int rank() const = 0;
+  /// The number of ranks in the job.
   virtual int world_size() const = 0;
   /// Sums `t` (contiguous) over every rank, in place; every rank gets bitwise the same result.
   /// Float, double, fp16 and bf16 (summed by a ring of our own where the backend cannot).
   virtual void allreduce_sum(at::Tensor& t) = 0;
 };
 
+/// How DistributedDataParallel averages a bucket of gradients (DDPOptions::comm_hook): one of the
+/// built-in hooks (fp16_compress_hook(), bf16_compress_hook(), powersgd_hook()) or your own.
 class CommHook {
  public:
   virtual ~CommHook() = default;
@@ -79,6 +83,7 @@ std::shared_ptr<CommHook> fp16_compress_hook();
 /// bf16 on the wire: float's range, 8 bits of mantissa.
 std::shared_ptr<CommHook> bf16_compress_hook();
 
+/// Settings of powersgd_hook(); every rank must use the same (describe() names them).
 struct PowerSGDOptions {
   /// r: columns of P and Q (PyTorch's matrix_approximation_rank). At least 1, and at most the
   /// smaller side of every matrix-shaped gradient (checked at construction).

@@ -20,6 +20,7 @@
 
 namespace cohort {
 
+/// Settings of cohort::init(); each has an environment variable that overrides it.
 struct InitOptions {
   /// How long to wait for the store (rank 0 listening, all ranks joined). COHORT_STORE_TIMEOUT_S
   /// in the environment overrides it.
@@ -45,19 +46,32 @@ class ShmAllreduce;        // cohort's own allreduce through shared memory (src/
 struct ContextInternals;   // cohort's access to it and to object numbering (src/runtime/)
 }  // namespace detail
 
+/// A joined job: this process's place in it, the job's store and its process groups. cohort::init()
+/// builds it; the wrappers, the sampler and the Checkpointer take the shared pointer.
 class Context {
  public:
+  /// Builds the process groups over `store` as rank env.rank of env.world_size (collective: every
+  /// rank constructs its own); init() calls it after reading the environment and connecting the
+  /// store. Throws CommError when the Gloo group cannot connect to the other ranks, TimeoutError
+  /// when not every rank sets up the shared-memory allreduce within options.collective_timeout.
   Context(JobEnv env, c10::intrusive_ptr<c10d::Store> store, const InitOptions& options);
   ~Context();
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
 
+  /// This process's rank in the job, 0 to world_size() - 1.
   int rank() const { return env_.rank; }
+  /// The number of ranks (processes) in the job.
   int world_size() const { return env_.world_size; }
+  /// This rank's number among the ranks on its machine.
   int local_rank() const { return env_.local_rank; }
+  /// The number of ranks on this machine.
   int local_world_size() const { return env_.local_world_size; }
+  /// Whether this is rank 0.
   bool is_main() const { return env_.rank == 0; }
+  /// Where this process sits in the job (job_env.h).
   const JobEnv& env() const { return env_; }
+  /// The options the job was joined with (from init(): after the environment's overrides).
   const InitOptions& options() const { return options_; }
 
   /// The job's key-value store (c10d TCPStore, or an in-memory store for a world of one).
@@ -65,6 +79,7 @@ class Context {
   /// The process group for tensors on `device`: Gloo for CPU, NCCL for CUDA. Throws ConfigError
   /// when this libtorch has no backend for that device.
   const c10::intrusive_ptr<Backend>& group(const c10::Device& device) const;
+  /// The CPU (Gloo) process group.
   const c10::intrusive_ptr<Backend>& group() const { return group(c10::Device(c10::kCPU)); }
 
   /// The device this rank trains on: the CPU for kCPU; for kCUDA the CUDA device local_rank (modulo

@@ -51,6 +51,7 @@ enum class AllreduceAlgo {
   hierarchical,
 };
 
+/// Settings of DistributedDataParallel.
 struct DDPOptions {
   /// Bucket capacity in MiB. A tiny value puts every parameter in its own bucket.
   double bucket_cap_mb = 25.0;
@@ -69,13 +70,13 @@ struct DDPOptions {
 
 /// Counters for tests and monitoring (cumulative since construction).
 struct DDPStats {
-  int64_t sync_iterations = 0;               // backward passes whose gradients were averaged
-  int64_t buckets_launched_in_backward = 0;  // from a gradient hook, while backward was running
-  int64_t buckets_launched_at_end = 0;       // when backward had finished (incomplete buckets)
-  int64_t bytes_allreduced = 0;              // gradient bytes averaged (before a hook compresses them)
-  int64_t bytes_on_wire = 0;                 // bytes of the collectives that averaged them
-  int64_t num_buckets = 0;
-  bool hierarchical = false;                 // buckets go inside nodes, then between them
+  int64_t sync_iterations = 0;               ///< backward passes whose gradients were averaged
+  int64_t buckets_launched_in_backward = 0;  ///< from a gradient hook, while backward was running
+  int64_t buckets_launched_at_end = 0;       ///< when backward had finished (incomplete buckets)
+  int64_t bytes_allreduced = 0;              ///< gradient bytes averaged (before a hook compresses them)
+  int64_t bytes_on_wire = 0;                 ///< bytes of the collectives that averaged them
+  int64_t num_buckets = 0;                   ///< buckets the gradients are grouped into (0 in reference mode)
+  bool hierarchical = false;                 ///< buckets go inside nodes, then between them
 };
 
 namespace detail {
@@ -109,6 +110,7 @@ class DataParallelBase : public GradientSync {
   /// The monitor's phase marks around a forward; `samples` is the batch size (-1: none). begin
   /// returns whether it marked (a training forward), which end takes back.
   bool forward_begin(int64_t samples);
+  /// After the wrapped module's forward: marks where backward begins if `marked` (begin's result).
   void forward_end(bool marked);
 
  private:
@@ -119,6 +121,9 @@ class DataParallelBase : public GradientSync {
 template <typename ModuleHolder>
 class DistributedDataParallelImpl : public torch::nn::Module, public DataParallelBase {
  public:
+  /// Wraps `module` for the job `ctx` and registers it as the child "module". Collective: checks
+  /// the model against the other ranks' (a ConfigError on every rank for a mismatch) and takes
+  /// rank 0's values.
   DistributedDataParallelImpl(ModuleHolder module, std::shared_ptr<Context> ctx, DDPOptions options = {})
       : DataParallelBase(module.ptr(), std::move(ctx), std::move(options)),
         module_(register_module("module", std::move(module))) {}
@@ -147,6 +152,7 @@ class DistributedDataParallel : public torch::nn::ModuleHolder<DistributedDataPa
   using torch::nn::ModuleHolder<DistributedDataParallelImpl<ModuleHolder>>::ModuleHolder;
 };
 
+/// Deduces the wrapped holder's type: `DistributedDataParallel(Net(), ctx, options)`.
 template <typename ModuleHolder, typename... Rest>
 DistributedDataParallel(ModuleHolder, Rest...) -> DistributedDataParallel<ModuleHolder>;
 

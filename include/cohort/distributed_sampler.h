@@ -30,23 +30,28 @@ namespace cohort {
 
 class Context;
 
+/// How a DistributedSampler orders an epoch and evens out the ranks' shares.
 struct SamplerOptions {
-  bool shuffle = true;
-  uint64_t seed = 0;
-  bool drop_last = false;
+  bool shuffle = true;     ///< permute each epoch's order, seeded with seed + epoch (else 0..N-1)
+  uint64_t seed = 0;       ///< seeds the permutations; use the same on every rank
+  bool drop_last = false;  ///< even out the shares by dropping the tail, not by repeating samples
 };
 
 /// What a checkpoint keeps of a sampler. `consumed` counts positions of the epoch's order.
 struct SamplerState {
-  int64_t epoch = 0;
-  int64_t consumed = 0;
-  int64_t dataset_size = 0;
-  uint64_t seed = 0;
-  bool shuffle = true;
+  int64_t epoch = 0;         ///< the epoch the job is in
+  int64_t consumed = 0;      ///< positions of the epoch's order the whole job consumed (a prefix)
+  int64_t dataset_size = 0;  ///< samples in the dataset; load_state() checks it
+  uint64_t seed = 0;         ///< the order's seed; load_state() checks it
+  bool shuffle = true;       ///< whether the order is shuffled; load_state() checks it
+  /// The state as a JSON object (how checkpoints store it).
   std::string to_json() const;
+  /// Parses to_json()'s text; throws cohort::ConfigError for anything else.
   static SamplerState from_json(const std::string& text);  // throws cohort::ConfigError
 };
 
+/// Each rank's share of a dataset, per epoch, resumable on another world size: a libtorch Sampler
+/// with torch.utils.data.DistributedSampler's semantics. A handle: copies share one state.
 class DistributedSampler : public torch::data::samplers::Sampler<std::vector<size_t>> {
  public:
   /// This rank's share of a dataset of `dataset_size` samples, for the job `ctx` (the shared
@@ -58,20 +63,29 @@ class DistributedSampler : public torch::data::samplers::Sampler<std::vector<siz
   /// Starts epoch `epoch` from its beginning, unless it is the epoch a restored state is in:
   /// then the epoch continues where the job was.
   void set_epoch(int64_t epoch);
+  /// The current epoch (set_epoch()'s, or a restored state's).
   int64_t epoch() const;
 
   /// Samples this rank yields in a full pass of the current epoch from `consumed` on.
   size_t local_size() const;
 
+  /// What a checkpoint keeps: the epoch and how much of its order the whole job consumed.
   SamplerState state() const;
   /// Continues from `state`, which may come from a different world size. Throws ConfigError if
   /// it describes another dataset size or order (seed / shuffle).
   void load_state(const SamplerState& state);
 
   // torch::data::samplers::Sampler
+  /// torch's Sampler interface: starts a pass over the epoch. A restored or interrupted pass
+  /// continues where the job was, a finished one starts the epoch over; another `new_size` starts
+  /// the epoch over with that dataset size.
   void reset(torch::optional<size_t> new_size = torch::nullopt) override;
+  /// torch's Sampler interface: the next batch of this rank's indices (at most `batch_size`);
+  /// nullopt once this rank's share of the pass is handed out.
   torch::optional<std::vector<size_t>> next(size_t batch_size) override;
+  /// torch's Sampler interface: writes state() (as JSON) into `archive`.
   void save(torch::serialize::OutputArchive& archive) const override;
+  /// torch's Sampler interface: continues from the state save() wrote, as load_state() does.
   void load(torch::serialize::InputArchive& archive) override;
 
  private:

@@ -16,6 +16,8 @@ namespace cohort {
 /// Base of every error cohort throws on purpose.
 class Error : public std::runtime_error {
  public:
+  /// An error on `rank` (-1 when it is not known yet); what() is `what` after "rank R: " (or
+  /// "cohort: " for -1).
   Error(int rank, const std::string& what)
       : std::runtime_error((rank >= 0 ? "rank " + std::to_string(rank) : std::string("cohort")) + ": " +
                            what),

@@ -24,15 +24,23 @@
 
 namespace cohort {
 
+/// A torch::optim::Adam whose step() makes one pass over each parameter: same options, state and
+/// serialisation, the same results to float rounding.
 class FusedAdam : public torch::optim::Adam {
  public:
   using torch::optim::Adam::Adam;
+  /// Adam's step: the closure (if any) first, then the fused loop where every parameter allows it,
+  /// else torch::optim::Adam::step(). Returns the closure's loss.
   torch::Tensor step(LossClosure closure = nullptr) override;
 };
 
+/// A torch::optim::AdamW whose step() makes one pass over each parameter: same options, state and
+/// serialisation, the same results to float rounding.
 class FusedAdamW : public torch::optim::AdamW {
  public:
   using torch::optim::AdamW::AdamW;
+  /// AdamW's step: the closure (if any) first, then the fused loop where every parameter allows it,
+  /// else torch::optim::AdamW::step(). Returns the closure's loss.
   torch::Tensor step(LossClosure closure = nullptr) override;
 };
 

@@ -21,9 +21,13 @@
 
 namespace cohort {
 
+/// A torch::optim::SGD whose step() makes one pass over each parameter: same options, state and
+/// state_dict, bitwise the same results on CPUs with FMA.
 class FusedSGD : public torch::optim::SGD {
  public:
   using torch::optim::SGD::SGD;
+  /// SGD's step: the closure (if any) first, then the fused loop where every parameter allows it,
+  /// else torch::optim::SGD::step(). Returns the closure's loss.
   torch::Tensor step(LossClosure closure = nullptr) override;
 };
 

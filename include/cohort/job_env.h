@@ -19,16 +19,17 @@
 
 namespace cohort {
 
+/// Where this process sits in a job, as resolve_job_env() reads it from the environment.
 struct JobEnv {
-  int rank = 0;
-  int world_size = 1;
-  int local_rank = 0;
-  int local_world_size = 1;
-  int node_rank = 0;
-  std::string master_addr = "127.0.0.1";
-  int master_port = 29500;
-  int restart_count = 0;        // COHORT_RESTART_COUNT or TORCHELASTIC_RESTART_COUNT
-  std::string source = "none";  // "cohort", "torchrun", "openmpi", "slurm" or "none"
+  int rank = 0;                 ///< this process's rank, 0 to world_size - 1
+  int world_size = 1;           ///< processes in the job
+  int local_rank = 0;           ///< rank among the processes on this machine (no local variable: rank)
+  int local_world_size = 1;     ///< processes on this machine (no local variable: world_size)
+  int node_rank = 0;            ///< this machine's number (COHORT_NODE_RANK, else 0)
+  std::string master_addr = "127.0.0.1";  ///< the store's host (rank 0 hosts the store)
+  int master_port = 29500;      ///< the store's TCP port
+  int restart_count = 0;        ///< COHORT_RESTART_COUNT or TORCHELASTIC_RESTART_COUNT
+  std::string source = "none";  ///< "cohort", "torchrun", "openmpi", "slurm" or "none"
 };
 
 /// Looks a variable up; returns nullopt when unset. Tests pass a map instead of the environment.

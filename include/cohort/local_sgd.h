@@ -49,21 +49,27 @@ namespace cohort {
 
 class Context;
 
+/// What a synchronisation does with the averaged parameters: `average` takes them (local SGD);
+/// `nesterov` moves the anchor by an SGD step with Nesterov momentum on anchor minus average and
+/// takes the new anchor (DiLoCo).
 enum class OuterOptimizer { average, nesterov };
 
+/// Settings of LocalSGD; construction checks that every rank has the same.
 struct LocalSGDOptions {
   /// H: local steps between synchronisations (at least 1; 1 averages the parameters every step).
   int64_t sync_every = 20;
+  /// What a synchronisation does with the averaged parameters.
   OuterOptimizer outer = OuterOptimizer::average;
   /// The outer step (nesterov only); DiLoCo's published values.
   double outer_lr = 0.7;
-  double outer_momentum = 0.9;
+  double outer_momentum = 0.9;  ///< the outer step's momentum, in [0, 1) (nesterov only)
 };
 
+/// Counters of LocalSGD (stats()).
 struct LocalSGDStats {
-  int64_t local_steps = 0;    // step() calls, restored with a checkpoint
-  int64_t syncs = 0;          // synchronisations by this process
-  int64_t bytes_on_wire = 0;  // bytes this rank allreduced in them
+  int64_t local_steps = 0;    ///< step() calls, restored with a checkpoint
+  int64_t syncs = 0;          ///< synchronisations by this process
+  int64_t bytes_on_wire = 0;  ///< bytes this rank allreduced in them
 };
 
 namespace detail {
@@ -103,6 +109,7 @@ class LocalSGDBase : public ShardedCheckpointable {
   LocalSGDBase(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Context> ctx, LocalSGDOptions options);
   /// The monitor's phase marks around a forward (as DataParallelBase's).
   bool forward_begin(int64_t samples);
+  /// After the wrapped module's forward: marks where backward begins if `marked` (begin's result).
   void forward_end(bool marked);
 
  private:
@@ -113,6 +120,9 @@ class LocalSGDBase : public ShardedCheckpointable {
 template <typename ModuleHolder>
 class LocalSGDImpl : public torch::nn::Module, public LocalSGDBase {
  public:
+  /// Wraps `module` for the job `ctx` and registers it as the child "module". Collective: checks
+  /// the model and the settings against the other ranks' (a ConfigError on every rank for a
+  /// mismatch) and takes rank 0's values.
   LocalSGDImpl(ModuleHolder module, std::shared_ptr<Context> ctx, LocalSGDOptions options = {})
       : LocalSGDBase(module.ptr(), std::move(ctx), options), module_(register_module("module", std::move(module))) {}
 
@@ -132,12 +142,14 @@ class LocalSGDImpl : public torch::nn::Module, public LocalSGDBase {
   ModuleHolder module_;
 };
 
+/// Holder in libtorch's style: `model->forward(x)`, `model->step()`.
 template <typename ModuleHolder>
 class LocalSGD : public torch::nn::ModuleHolder<LocalSGDImpl<ModuleHolder>> {
  public:
   using torch::nn::ModuleHolder<LocalSGDImpl<ModuleHolder>>::ModuleHolder;
 };
 
+/// Deduces the wrapped holder's type: `LocalSGD(Net(), ctx, options)`.
 template <typename ModuleHolder, typename... Rest>
 LocalSGD(ModuleHolder, Rest...) -> LocalSGD<ModuleHolder>;
 

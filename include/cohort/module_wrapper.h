@@ -29,9 +29,11 @@ class GradientSync {
 /// communicate) it does nothing.
 class NoSyncGuard {
  public:
+  /// Turns synchronisation off on `target` until the guard ends; a null target: nothing.
   explicit NoSyncGuard(GradientSync* target) : target_(target), previous_(target && target->sync_enabled()) {
     if (target_) target_->set_sync_enabled(false);
   }
+  /// Takes over `other`'s scope (`other` then restores nothing).
   NoSyncGuard(NoSyncGuard&& other) noexcept
       : target_(std::exchange(other.target_, nullptr)), previous_(other.previous_) {}
   NoSyncGuard(const NoSyncGuard&) = delete;

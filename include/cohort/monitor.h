@@ -56,10 +56,12 @@ void report_step(int64_t step);
 
 /// What to do when the gradient norm or the "loss" scalar is NaN or infinite.
 enum class OnNan { stop, skip, warn };
+/// "stop", "skip" or "warn".
 const char* to_string(OnNan policy);
 /// "stop", "skip" or "warn"; nullopt for anything else.
 std::optional<OnNan> parse_on_nan(const std::string& text);
 
+/// What a Monitor measures, and what it does with non-finite values.
 struct MonitorOptions {
   /// Measure and send (COHORT_MONITOR=0 in the environment: off; step() then only counts).
   bool enabled = true;
@@ -74,39 +76,43 @@ struct MonitorOptions {
 
 /// The phases of a step, in order.
 enum class Phase : uint8_t { data = 0, forward, backward, comm_wait, optimizer };
+/// The number of phases.
 constexpr int kPhaseCount = 5;
+/// The phase's name: "data", "forward", "backward", "comm_wait" or "optimizer".
 const char* to_string(Phase phase);
 
 /// One step as measured (what the "metrics" message carries).
 struct StepRecord {
-  int64_t step = 0;
-  double t = 0;        // wall clock (seconds since the Unix epoch) at the end of the step
-  double step_s = 0;   // since the previous step() (the first: since the first DDP forward)
-  std::array<double, kPhaseCount> phase_s{};
-  uint8_t phase_mask = 0;  // bit p: phase p measured; 0: no phase marks (no DDP)
-  std::optional<int64_t> samples;
-  std::optional<double> samples_per_s;
-  std::optional<double> grad_norm;
-  bool skipped = false;  // on_nan=skip dropped this step's gradients
-  int64_t rss_bytes = 0;
-  std::optional<int64_t> cuda_bytes;
-  int64_t comm_bytes = 0;
-  double comm_s = 0;
-  std::optional<double> busbw;
-  // With a DDP communication hook (comm_hook.h): the gradient bytes it was given over the
-  // gradient bytes it sent (fp16: about 2; PowerSGD: 10 to 100s).
+  int64_t step = 0;    ///< the step's number
+  double t = 0;        ///< wall clock (seconds since the Unix epoch) at the end of the step
+  double step_s = 0;   ///< since the previous step() (the first: since the first DDP forward)
+  std::array<double, kPhaseCount> phase_s{};  ///< seconds in each phase, by Phase (see phase_mask, phase())
+  uint8_t phase_mask = 0;  ///< bit p: phase p measured; 0: no phase marks (no DDP)
+  std::optional<int64_t> samples;  ///< the training forwards' batch sizes, summed (unset: none counted)
+  std::optional<double> samples_per_s;  ///< samples / step_s
+  std::optional<double> grad_norm;  ///< global L2 norm of the averaged gradients (unset: not computed)
+  bool skipped = false;  ///< on_nan=skip dropped this step's gradients
+  int64_t rss_bytes = 0;  ///< resident memory of the process (read at most every 0.5 s)
+  std::optional<int64_t> cuda_bytes;  ///< CUDA memory allocated on the model's device (unset on the CPU)
+  int64_t comm_bytes = 0;  ///< bytes of the collectives that completed since the previous step
+  double comm_s = 0;  ///< seconds with a gradient collective in flight
+  std::optional<double> busbw;  ///< allreduce bus bandwidth in bytes/s (unset where comm_s is 0)
+  /// With a DDP communication hook (comm_hook.h): the gradient bytes it was given over the
+  /// gradient bytes it sent (fp16: about 2; PowerSGD: 10 to 100s).
   std::optional<double> compression;
-  // Time cohort's monitoring itself took since the previous record: the gradient norm of this
-  // step and the previous step() call (formatting and sending its message). The overhead
-  // benchmark divides it by step_s.
+  /// Time cohort's monitoring itself took since the previous record: the gradient norm of this
+  /// step and the previous step() call (formatting and sending its message). The overhead
+  /// benchmark divides it by step_s.
   double monitor_s = 0;
-  std::vector<std::pair<std::string, double>> scalars;
+  std::vector<std::pair<std::string, double>> scalars;  ///< the scalars given to step(), in order
 
+  /// Seconds in phase `p`; nullopt where it was not measured.
   std::optional<double> phase(Phase p) const {
     const int i = static_cast<int>(p);
     if (!(phase_mask & (1u << i))) return std::nullopt;
     return phase_s[i];
   }
+  /// The scalar called `name`; nullopt where the step has none.
   std::optional<double> scalar(const std::string& name) const {
     for (const auto& [n, v] : scalars)
       if (n == name) return v;
@@ -119,12 +125,16 @@ class StepMonitor;        // the implementation (src/monitor/worker_monitor.h)
 struct MonitorInternals;  // cohort's own hooks into it (DDP, the Checkpointer)
 }  // namespace detail
 
+/// Measures finished training steps and sends them to `cohort run`'s agent (docs/monitoring.md);
+/// one per process, reached through monitor().
 class Monitor {
  public:
+  /// A step's named values, e.g. `{{"loss", 0.53}, {"lr", 0.01}}`.
   using Scalars = std::initializer_list<std::pair<std::string, double>>;
 
   /// Options from the environment (MonitorOptions::from_env()).
   Monitor();
+  /// With `options` as they are (the environment is not read).
   explicit Monitor(const MonitorOptions& options);
   ~Monitor();
   Monitor(const Monitor&) = delete;
@@ -132,13 +142,16 @@ class Monitor {
 
   /// Replaces the options (e.g. on_nan from a command-line flag).
   void configure(const MonitorOptions& options);
+  /// The options in effect.
   MonitorOptions options() const;
 
   /// Records one finished step, numbered one more than the last (or than set_step()).
   void step(Scalars scalars = {});
+  /// As step(Scalars), from a map (the scalars then in name order).
   void step(const std::map<std::string, double>& scalars);
   /// Records one finished step with its number given.
   void step(int64_t step, Scalars scalars = {});
+  /// As step(int64_t, Scalars), from a map.
   void step(int64_t step, const std::map<std::string, double>& scalars);
 
   /// The number of the last recorded step (0 before the first).
@@ -165,6 +178,7 @@ Monitor& monitor();
 /// outlive them).
 class ScopedMonitor {
  public:
+  /// Binds monitor() on this thread to `m`; the destructor restores the previous binding.
   explicit ScopedMonitor(Monitor& m);
   ~ScopedMonitor();
   ScopedMonitor(const ScopedMonitor&) = delete;

@@ -51,27 +51,31 @@ namespace cohort {
 
 class Context;
 
+/// What ShardedDataParallel shards: the optimizer state (ZeRO-1), the gradients too (ZeRO-2), or
+/// the parameters too (ZeRO-3 / FSDP).
 enum class ShardingLevel { optimizer_state = 1, gradients = 2, parameters = 3 };
 
 /// How a unit's gradients are reduce-scattered (all levels: level 1 needs only its shard's part of
 /// the averaged gradient too). docs/sharded.md has measurements.
 enum class ReduceScatterAlgo {
-  automatic,        // native where the backend has it (NCCL), else shm (ranks on one machine), else ring
-  ring,             // W-1 steps of send/recv around a ring: (W-1)/W of the bytes per rank
-  allreduce_slice,  // allreduce of the whole unit, keep the own slice (shared memory when available)
-  native,           // the backend's reduce_scatter (NCCL); a ConfigError where there is none
-  shm,              // shared memory: every rank's pieces in, the own part summed straight out
+  automatic,        ///< native where the backend has it (NCCL), else shm (ranks on one machine), else ring
+  ring,             ///< W-1 steps of send/recv around a ring: (W-1)/W of the bytes per rank
+  allreduce_slice,  ///< allreduce of the whole unit, keep the own slice (shared memory when available)
+  native,           ///< the backend's reduce_scatter (NCCL); a ConfigError where there is none
+  shm,              ///< shared memory: every rank's pieces in, the own part summed straight out
 };
 
 /// How updated shards are gathered into full units.
 enum class AllgatherAlgo {
-  automatic,      // shm when all ranks are on one machine, else the backend's allgather
-  backend,        // the process group's allgather
-  shm_allreduce,  // each rank writes its shard into a zeroed unit; a shared-memory sum gathers them
-  shm,            // each rank copies its shard into shared memory and the others' shards out of it
+  automatic,      ///< shm when all ranks are on one machine, else the backend's allgather
+  backend,        ///< the process group's allgather
+  shm_allreduce,  ///< each rank writes its shard into a zeroed unit; a shared-memory sum gathers them
+  shm,            ///< each rank copies its shard into shared memory and the others' shards out of it
 };
 
+/// Settings of ShardedDataParallel (docs/sharded.md).
 struct ShardedOptions {
+  /// What is sharded.
   ShardingLevel level = ShardingLevel::parameters;
   /// Units by submodule name (as named_modules() gives them, without the wrapper's prefix): each
   /// entry is one unit, of the parameters under those submodules. At level 3 the module must be a
@@ -79,7 +83,9 @@ struct ShardedOptions {
   std::vector<std::vector<std::string>> units;
   /// Default units at levels 1 and 2 (and for a Sequential's children, never split): about this many MiB.
   double unit_cap_mb = 25.0;
+  /// How a unit's gradients are reduce-scattered.
   ReduceScatterAlgo reduce_scatter = ReduceScatterAlgo::automatic;
+  /// How updated shards are gathered into full units.
   AllgatherAlgo allgather = AllgatherAlgo::automatic;
   /// Level 3: gather the next unit while the current one computes (forward and backward).
   bool prefetch = true;
@@ -94,13 +100,13 @@ struct ShardedOptions {
 
 /// Counters for tests, monitoring and the benchmark (cumulative since construction).
 struct ShardedStats {
-  int64_t sync_iterations = 0;
-  int64_t num_units = 0;
-  int64_t unit_gathers = 0;        // units gathered (forward, backward, after a step)
-  int64_t bytes_gathered = 0;      // full-unit bytes produced by gathers, per rank
-  int64_t bytes_reduced = 0;       // full-unit gradient bytes reduced (allreduce or reduce-scatter)
-  int64_t reductions_in_backward = 0;  // reductions launched from a gradient hook during backward
-  int64_t max_units_gathered = 0;  // most units held full at one time (level 3)
+  int64_t sync_iterations = 0;     ///< backward passes whose gradients were reduced
+  int64_t num_units = 0;           ///< units the trainable parameters are grouped into
+  int64_t unit_gathers = 0;        ///< units gathered (forward, backward, after a step)
+  int64_t bytes_gathered = 0;      ///< full-unit bytes produced by gathers, per rank
+  int64_t bytes_reduced = 0;       ///< full-unit gradient bytes reduced (allreduce or reduce-scatter)
+  int64_t reductions_in_backward = 0;  ///< reductions launched from a gradient hook during backward
+  int64_t max_units_gathered = 0;  ///< most units held full at one time (level 3)
 };
 
 namespace detail {
@@ -148,11 +154,13 @@ class ShardedBase : public GradientSync, public ShardedCheckpointable {
   void before_forward();
   /// Level 3 on a Sequential: whether forward runs its children unit by unit, and doing it.
   bool runs_units() const;
+  /// Runs `x` through the children, each unit gathered for its children's forward.
   torch::Tensor forward_sequential(torch::Tensor x);
   /// Level 3 with one unit: after the module's forward (frees the unit once backward is done).
   void after_forward();
   /// The monitor's phase marks around a forward (as DataParallelBase's).
   bool forward_begin(int64_t samples);
+  /// After the wrapped module's forward: marks where backward begins if `marked` (begin's result).
   void forward_end(bool marked);
 
  private:
@@ -166,8 +174,12 @@ class ShardedBase : public GradientSync, public ShardedCheckpointable {
 template <typename ModuleHolder>
 class ShardedDataParallelImpl : public torch::nn::Module, public ShardedBase {
  public:
+  /// Whether the wrapped module is a torch::nn::Sequential (level 3 can then run it unit by unit).
   static constexpr bool kSequential = std::is_same_v<ModuleHolder, torch::nn::Sequential>;
 
+  /// Wraps `module` for the job `ctx` and registers this rank's shards as its parameters.
+  /// Collective: plans the units, checks the model against the other ranks' (a ConfigError on every
+  /// rank for a mismatch) and shards it.
   ShardedDataParallelImpl(ModuleHolder module, std::shared_ptr<Context> ctx, ShardedOptions options = {})
       : ShardedBase(module.ptr(), kSequential, std::move(ctx), std::move(options)), module_(std::move(module)) {
     const auto& own = shards();
@@ -206,12 +218,14 @@ class ShardedDataParallelImpl : public torch::nn::Module, public ShardedBase {
   ModuleHolder module_;
 };
 
+/// Holder in libtorch's style: `model->forward(x)`, `model->parameters()` (this rank's shards).
 template <typename ModuleHolder>
 class ShardedDataParallel : public torch::nn::ModuleHolder<ShardedDataParallelImpl<ModuleHolder>> {
  public:
   using torch::nn::ModuleHolder<ShardedDataParallelImpl<ModuleHolder>>::ModuleHolder;
 };
 
+/// Deduces the wrapped holder's type: `ShardedDataParallel(net, ctx, options)`.
 template <typename ModuleHolder, typename... Rest>
 ShardedDataParallel(ModuleHolder, Rest...) -> ShardedDataParallel<ModuleHolder>;
 

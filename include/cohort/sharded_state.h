@@ -22,20 +22,23 @@ class Optimizer;
 
 namespace cohort {
 
+/// Tensors with their names, in order.
 using NamedTensorList = std::vector<std::pair<std::string, at::Tensor>>;
 
 /// One rank's part of a sharded training state (live tensors, not copies).
 struct ShardState {
-  NamedTensorList tensors;     // "unit<k>/param", "unit<k>/<optimizer field>"
-  std::string layout_json;     // as above
-  std::string optimizer_json;  // optimizer type and learning rates (empty without an optimizer)
+  NamedTensorList tensors;     ///< "unit<k>/param", "unit<k>/<optimizer field>"
+  std::string layout_json;     ///< which parameter sits where in each unit's flat buffer (manifest "sharding")
+  std::string optimizer_json;  ///< optimizer type and learning rates (empty without an optimizer)
 };
 
 /// The saved shards, as a restore sees them.
 class ShardSource {
  public:
   virtual ~ShardSource() = default;
+  /// The saved layout JSON (ShardState::layout_json).
   virtual const std::string& layout_json() const = 0;
+  /// The saved optimizer type and learning rates (ShardState::optimizer_json).
   virtual const std::string& optimizer_json() const = 0;
   /// Saved rank `rank`'s tensor `name`; undefined when that file has none. Reads (and verifies)
   /// the rank's file on first use.
@@ -45,10 +48,12 @@ class ShardSource {
 /// The whole state, unsharded, with the names an unsharded (DDP) checkpoint uses:
 /// "module.<param>" and "module.<param>/<field>".
 struct FullState {
-  NamedTensorList model;
-  NamedTensorList optimizer;
+  NamedTensorList model;  ///< parameters and buffers: "module.<param>"
+  NamedTensorList optimizer;  ///< optimizer state: "module.<param>/<field>"
 };
 
+/// What the Checkpointer asks of a sharded model: ShardedDataParallel and LocalSGD implement it, and
+/// the Checkpointer finds it with dynamic_cast on the module it is given.
 class ShardedCheckpointable {
  public:
   virtual ~ShardedCheckpointable() = default;

@@ -24,6 +24,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #endif
 
+/// Whether at::scaled_dot_product_attention exists (libtorch 2.0 on), for `#if COHORT_HAS_SDPA`.
 #define COHORT_HAS_SDPA (TORCH_VERSION_MAJOR >= 2)
 
 namespace torch::optim {
@@ -33,11 +34,14 @@ class OptimizerParamState;
 
 namespace cohort {
 
+/// The object cohort calls collectives on: c10d::Backend on libtorch 2.x, c10d::ProcessGroup on
+/// 1.13 (the common base of ProcessGroupGloo and ProcessGroupNCCL).
 #if TORCH_VERSION_MAJOR >= 2
 using Backend = c10d::Backend;
 #else
 using Backend = c10d::ProcessGroup;
 #endif
+/// A collective's pending result, to wait() on.
 using WorkHandle = c10::intrusive_ptr<c10d::Work>;
 
 /// The optimizer's state for `param` (SGD's momentum buffer, Adam's moments), or nullptr before
@@ -50,6 +54,7 @@ torch::optim::OptimizerParamState* optimizer_state_of(torch::optim::Optimizer& o
 /// guard ends. `enabled = false` makes it a no-op, for code that runs on CPU and GPU alike.
 class AutocastGuard {
  public:
+  /// Turns CUDA autocast on in `dtype` for the guard's life (nothing when `enabled` is false).
   explicit AutocastGuard(c10::ScalarType dtype, bool enabled = true);
   ~AutocastGuard();
   AutocastGuard(const AutocastGuard&) = delete;
