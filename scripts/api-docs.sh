@@ -14,7 +14,7 @@ fi
 # Nothing internal in the public headers: cohort::detail there holds forward declarations only
 # (the opaque names of the implementation), and a public header includes only public headers.
 internal="$(awk '
-  /^namespace detail \{/ { inside = 1; next }
+  /^namespace (cohort::)?detail \{/ { inside = 1; next }
   inside && /^\}/ { inside = 0; next }
   inside && !/^[ \t]*(class|struct) [A-Za-z_][A-Za-z_0-9]*;[ \t]*(\/\/.*)?$/ && !/^[ \t]*(\/\/.*)?$/ {
     print FILENAME ":" FNR ": more than a forward declaration in cohort::detail: " $0 }
