@@ -19,14 +19,13 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/cohort ${PROJECT_BINARY_DIR}/inc
 
 set(cohort_cmake_dir ${CMAKE_INSTALL_LIBDIR}/cmake/cohort)
 install(EXPORT cohortTargets NAMESPACE cohort:: DESTINATION ${cohort_cmake_dir})
-# The libtorch cohort was built against: the package refuses another major.minor (ABI).
-string(REGEX MATCH "^[0-9]+\\.[0-9]+" COHORT_TORCH_MAJOR_MINOR "${Torch_VERSION}")
+# The package refuses a libtorch of another major.minor than COHORT_TORCH_MAJOR_MINOR (ABI).
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/cohortConfig.cmake.in
   ${PROJECT_BINARY_DIR}/cohortConfig.cmake INSTALL_DESTINATION ${cohort_cmake_dir})
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/cohortConfigVersion.cmake
   COMPATIBILITY SameMinorVersion)  # 0.x: a minor version may change the API
 install(FILES ${PROJECT_BINARY_DIR}/cohortConfig.cmake ${PROJECT_BINARY_DIR}/cohortConfigVersion.cmake
-  DESTINATION ${cohort_cmake_dir})
+  ${PROJECT_SOURCE_DIR}/cmake/cohortTorchLibraryPath.cmake DESTINATION ${cohort_cmake_dir})
 
 # pkg-config, for builds without CMake: cohort's own flags plus libtorch's (its include folders,
 # ABI flag, libraries), since libtorch ships no .pc file. Relocatable: paths from ${pcfiledir}.

@@ -19,6 +19,6 @@ set(CPACK_DEBIAN_PACKAGE_SECTION libdevel)
 # dpkg-shlibdeps; for consumers' builds also libtorch's and Gloo's headers, of the same
 # libtorch major.minor (its C++ ABI changes between minor versions).
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
-string(REGEX MATCH "^[0-9]+\\.[0-9]+" torch_mm "${Torch_VERSION}")
-set(CPACK_DEBIAN_PACKAGE_DEPENDS "libtorch-dev (>= ${torch_mm}), libtorch-dev (<< ${torch_mm}.999), libgloo-dev")
+set(CPACK_DEBIAN_PACKAGE_DEPENDS
+  "libtorch-dev (>= ${COHORT_TORCH_MAJOR_MINOR}), libtorch-dev (<< ${COHORT_TORCH_MAJOR_MINOR}.999), libgloo-dev")
 include(CPack)

@@ -58,7 +58,9 @@ struct DistributedSampler::State {
 };
 
 DistributedSampler::DistributedSampler(size_t dataset_size, const std::shared_ptr<Context>& ctx, SamplerOptions options)
-    : DistributedSampler(dataset_size, ctx ? ctx->rank() : 0, ctx ? ctx->world_size() : 0, options) {}
+    : DistributedSampler(dataset_size, ctx ? ctx->rank() : 0, ctx ? ctx->world_size() : 1, options) {
+  if (!ctx) throw ConfigError(-1, "DistributedSampler needs the Context that cohort::init() returns (got a null one)");
+}
 
 DistributedSampler::DistributedSampler(size_t dataset_size, int rank, int world_size, SamplerOptions options)
     : state_(std::make_shared<State>()) {

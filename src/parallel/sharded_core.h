@@ -14,23 +14,18 @@
 
 namespace cohort::detail {
 
-/// The type-independent part of ShardedDataParallel. Implemented in src/parallel/sharded_core.cpp.
+/// The type-independent part of ShardedDataParallel, behind ShardedBase: each method is the base's
+/// of the same name (documented there); checkpointable() is the base's ShardedCheckpointable side.
 class ShardedCore {
  public:
   ShardedCore(std::shared_ptr<torch::nn::Module> module, bool is_sequential, std::shared_ptr<Context> ctx,
               ShardedOptions options);
   ~ShardedCore();
-  /// Rank r's shard of every unit, in unit order (leaf tensors requiring grad).
   const std::vector<torch::Tensor>& shards() const;
-  /// Before the wrapped module's forward: buffers broadcast, updated shards gathered (levels 1, 2;
-  /// level 3 with a single unit).
   void before_forward();
-  /// Level 3 on a Sequential: whether forward runs its children unit by unit, and doing it.
   bool runs_units() const;
   torch::Tensor forward_sequential(torch::Tensor x);
-  /// Level 3 with one unit: after the module's forward (frees the unit once backward is done).
   void after_forward();
-  /// The monitor's phase marks around a forward (see DataParallelCore::forward_begin).
   bool forward_begin(int64_t samples);
   void forward_end(bool marked);
   void set_sync(bool enabled);

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <set>
 
 #include "cohort/distributed_sampler.h"
@@ -191,6 +192,15 @@ TEST(Sampler, LoadingAStateOfAnotherDatasetIsAClearError) {
 }
 
 // The peer: torch.utils.data.DistributedSampler on the same libtorch gives the same indices.
+TEST(Sampler, ANullContextIsAClearError) {
+  try {
+    cohort::DistributedSampler s(10, std::shared_ptr<cohort::Context>(), {});
+    FAIL() << "a null Context was accepted";
+  } catch (const cohort::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("needs the Context that cohort::init() returns"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Sampler, SameOrderAsPyTorchsDistributedSampler) {
   const char* python = std::getenv("COHORT_PYTHON");
   if (!python || std::system((std::string(python) + " -c 'import torch' 2>/dev/null").c_str()) != 0) {
