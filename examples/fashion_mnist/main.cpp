@@ -18,11 +18,16 @@
 
 #include <array>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
+#include "cli_checks.h"  // examples::kFinite, examples::parse_command_line
 #include "fashion_mnist_data.h"
 #include "models.h"
 #include "sample_log.h"
@@ -89,6 +94,9 @@ double evaluate(torch::nn::Module& net, const std::function<torch::Tensor(torch:
 struct Outcome {
   int64_t steps = 0;
   double last_loss = 0, samples_per_s = 0;
+  // The job's loss (the last step's, averaged over ranks) when it was restored from a checkpoint
+  // and no step followed: a restart after the final save trains nothing and reports this.
+  std::optional<double> job_loss;
   std::string optimizer_checksum;
   // Sum of each phase over the timed steps (cohort::monitor()'s marks; empty without DDP).
   std::array<double, cohort::kPhaseCount> phase_s{};
@@ -109,11 +117,19 @@ std::string momentum_checksum(torch::optim::SGD& optimizer) {
   return hex;
 }
 
-// `after_step` runs after each optimizer step (local SGD counts its steps there).
+// A double as text that reads back bit for bit (17 significant digits).
+std::string exact_text(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.17g", v);
+  return buf;
+}
+
+// `after_step` runs after each optimizer step (local SGD counts its steps there); `job_mean`
+// averages a number over the ranks (a collective).
 template <typename Forward>
 Outcome train_loop(const Flags& flags, FashionMnist& train_set, cohort::DistributedSampler& sampler,
-                   torch::nn::Module& module, Forward forward, int rank, int world,
-                   cohort::Checkpointer* checkpoints, const std::function<void()>& after_step = [] {}) {
+                   torch::nn::Module& module, Forward forward, int rank, int world, cohort::Checkpointer* checkpoints,
+                   const std::function<double(double)>& job_mean, const std::function<void()>& after_step = [] {}) {
   SampleLog sample_log(flags.log_samples, rank, world);  // --log-samples: which samples each step used
   auto loader = torch::data::make_data_loader(train_set, sample_log.sampler(sampler),
                                               torch::data::DataLoaderOptions(flags.batch_size));
@@ -127,6 +143,8 @@ Outcome train_loop(const Flags& flags, FashionMnist& train_set, cohort::Distribu
   if (checkpoints) {
     if (auto restored = checkpoints->restore_latest(module, optimizer, sampler)) {
       out.steps = restored->step;
+      if (auto it = restored->metadata.find("job_loss"); it != restored->metadata.end())
+        out.job_loss = std::strtod(it->second.c_str(), nullptr);
       if (rank == 0)
         std::cout << "resumed from " << restored->path << " (step " << restored->step << ", epoch " << restored->epoch
                   << ", saved by " << restored->saved_world_size << " ranks)" << std::endl;
@@ -136,7 +154,10 @@ Outcome train_loop(const Flags& flags, FashionMnist& train_set, cohort::Distribu
   sample_log.started(first_step);
   int64_t timed_steps = 0;
   clock::time_point timer_start;
-  bool done = false;
+  bool done = flags.max_steps > 0 && out.steps >= flags.max_steps;  // resumed at or after the last step
+  // Before each save: the job's loss at its step, which a restart at the very end reports (every
+  // rank calls this at the same steps, as it is a collective).
+  const auto note_job_loss = [&] { checkpoints->metadata()["job_loss"] = exact_text(job_mean(out.last_loss)); };
   for (int epoch = static_cast<int>(sampler.epoch()); epoch < flags.epochs && !done; ++epoch) {
     sampler.set_epoch(epoch);
     for (auto& batch : *loader) {
@@ -159,7 +180,10 @@ Outcome train_loop(const Flags& flags, FashionMnist& train_set, cohort::Distribu
             std::chrono::system_clock::now().time_since_epoch());
         std::cout << "first_step_unix_ns " << ns.count() << " step " << out.steps << std::endl;
       }
-      if (checkpoints) checkpoints->maybe_save(module, optimizer, sampler);
+      if (checkpoints) {
+        if (flags.ckpt_every > 0 && out.steps % flags.ckpt_every == 0) note_job_loss();  // maybe_save saves now
+        checkpoints->maybe_save(module, optimizer, sampler);
+      }
       if (out.steps - first_step == flags.warmup_steps) timer_start = clock::now();
       if (out.steps - first_step > flags.warmup_steps) {
         ++timed_steps;
@@ -185,9 +209,12 @@ Outcome train_loop(const Flags& flags, FashionMnist& train_set, cohort::Distribu
   if (checkpoints) {
     checkpoints->wait();  // a save in flight is finished (and its failure reported) here
     // The end state too, so that starting the finished job again resumes at its end.
-    if (flags.ckpt_every > 0 && out.steps > first_step && out.steps % flags.ckpt_every != 0)
+    if (flags.ckpt_every > 0 && out.steps > first_step && out.steps % flags.ckpt_every != 0) {
+      note_job_loss();
       checkpoints->save(module, optimizer, sampler);
+    }
   }
+  if (out.steps > first_step) out.job_loss.reset();  // trained on: the last step's loss counts
   out.optimizer_checksum = momentum_checksum(optimizer);
   return out;
 }
@@ -224,12 +251,18 @@ int train(const Flags& flags, Net net) {
     options.async = !flags.ckpt_sync;
     checkpoints = std::make_unique<cohort::Checkpointer>(flags.ckpt_dir, ctx, options);
   }
+  const std::function<double(double)> job_mean = [&](double value) {
+    if (!ctx) return value;
+    std::vector<torch::Tensor> v{torch::tensor({value / world}, torch::kDouble)};
+    ctx->group()->allreduce(v)->wait();
+    return v[0].item<double>();
+  };
   Outcome outcome;
   nlohmann::json result = {{"rank", rank}, {"world_size", world}, {"model", flags.model}};
   if (flags.plain) {
     // One process without cohort's runtime: the baseline for scaling efficiency.
     outcome = train_loop(flags, train_set, sampler, *net, [&](torch::Tensor x) { return net->forward(x); }, rank, world,
-                         nullptr);
+                         nullptr, job_mean);
     result["plain"] = true;
   } else if (flags.local_sgd > 0) {
     cohort::LocalSGDOptions options;
@@ -239,7 +272,7 @@ int train(const Flags& flags, Net net) {
     options.outer_momentum = flags.outer_momentum;
     auto model = cohort::LocalSGD(net, ctx, options);
     outcome = train_loop(flags, train_set, sampler, *model, [&](torch::Tensor x) { return model->forward(x); }, rank,
-                         world, checkpoints.get(), [&] { model->step(); });
+                         world, checkpoints.get(), job_mean, [&] { model->step(); });
     model->finish();  // the local steps since the last synchronisation too: one model to evaluate
     result["local_sgd"] = {{"sync_every", flags.local_sgd}, {"outer", flags.outer}, {"syncs", model->stats().syncs}};
   } else {
@@ -255,15 +288,12 @@ int train(const Flags& flags, Net net) {
                                                                 : cohort::AllreduceAlgo::automatic;
     auto model = cohort::DistributedDataParallel(net, ctx, ddp_options);
     outcome = train_loop(flags, train_set, sampler, *model, [&](torch::Tensor x) { return model->forward(x); }, rank,
-                         world, checkpoints.get());
+                         world, checkpoints.get(), job_mean);
     model->assert_in_sync();
     result["allreduce"] = model->stats().hierarchical ? "hierarchical" : "flat";  // what automatic chose
   }
-  if (ctx) {  // the job's loss: the last step's loss averaged over ranks
-    std::vector<torch::Tensor> loss{torch::tensor({outcome.last_loss / world}, torch::kDouble)};
-    ctx->group()->allreduce(loss)->wait();
-    outcome.last_loss = loss[0].item<double>();
-  }
+  // The job's loss: the last step's loss averaged over ranks.
+  outcome.last_loss = outcome.job_loss ? *outcome.job_loss : job_mean(outcome.last_loss);
   double accuracy = -1;
   if (!flags.no_eval) {  // read only now: a restarted worker gets to its first step sooner
     FashionMnist test_set(flags.data, /*train=*/false, rank);
@@ -294,15 +324,19 @@ int main(int argc, char** argv) {
   app.add_option("--epochs", f.epochs, "Epochs")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--max-steps", f.max_steps, "Stop after this many steps (0: no limit)")->check(CLI::NonNegativeNumber);
   app.add_option("--batch-size", f.batch_size, "Batch size per rank")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--lr", f.lr, "Learning rate")->capture_default_str();
-  app.add_option("--momentum", f.momentum, "SGD momentum")->capture_default_str();
+  app.add_option("--lr", f.lr, "Learning rate")->check(examples::kFinite)->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--momentum", f.momentum, "SGD momentum")->check(examples::kFinite)->check(CLI::Range(0.0, 1.0))->capture_default_str();
   app.add_option("--optimizer", f.optimizer, "fused_sgd (cohort::FusedSGD, one pass) or sgd (torch::optim::SGD); bitwise the same")
       ->check(CLI::IsMember({"fused_sgd", "sgd"}))
       ->capture_default_str();
   app.add_option("--seed", f.seed, "Seed for the model and the sampler")->capture_default_str();
-  app.add_option("--threads", f.threads, "Intra-op threads per rank (0: cores / local ranks)");
-  app.add_option("--warmup-steps", f.warmup_steps, "Steps before the throughput timer starts")->capture_default_str();
-  app.add_option("--bucket-cap-mb", f.bucket_cap_mb, "DDP bucket capacity in MiB")->capture_default_str();
+  app.add_option("--threads", f.threads, "Intra-op threads per rank (0: cores / local ranks)")->check(CLI::Range(0, 1024));
+  app.add_option("--warmup-steps", f.warmup_steps, "Steps before the throughput timer starts")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--bucket-cap-mb", f.bucket_cap_mb, "DDP bucket capacity in MiB")
+      ->check(examples::kFinite)->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_flag("--reference", f.reference, "DDP reference mode: one allreduce per gradient after backward");
   app.add_option("--comm-hook", f.comm_hook, "How DDP averages gradients: none (fp32 allreduce), fp16, bf16, powersgd")
       ->check(CLI::IsMember({"none", "fp16", "bf16", "powersgd"}))
@@ -317,9 +351,9 @@ int main(int argc, char** argv) {
   app.add_option("--outer", f.outer, "Local SGD's synchronisation: average, or nesterov (DiLoCo's outer optimizer)")
       ->check(CLI::IsMember({"average", "nesterov"}))
       ->capture_default_str();
-  app.add_option("--outer-lr", f.outer_lr, "DiLoCo: outer learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--outer-lr", f.outer_lr, "DiLoCo: outer learning rate")->check(examples::kFinite)->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--outer-momentum", f.outer_momentum, "DiLoCo: outer Nesterov momentum, in [0, 1)")
-      ->check(CLI::Range(0.0, 0.999999))
+      ->check(examples::kFinite)->check(CLI::Range(0.0, 0.999999))
       ->capture_default_str();
   app.add_option("--powersgd-rank", f.powersgd_rank, "PowerSGD: rank of the approximation")
       ->check(CLI::PositiveNumber)
@@ -329,7 +363,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--no-eval", f.no_eval, "Skip the test-set evaluation");
   app.add_flag("--plain", f.plain, "One process without cohort (no init, no DDP): the scaling baseline");
-  app.add_option("--log-every", f.log_every, "Print the loss every N steps on rank 0 (0: never)");
+  app.add_option("--log-every", f.log_every, "Print the loss every N steps on rank 0 (0: never)")->check(CLI::NonNegativeNumber);
   auto* ckpt_dir = app.add_option("--ckpt-dir", f.ckpt_dir, "Checkpoint here, and resume from here when restarted");
   app.add_option("--ckpt-every", f.ckpt_every, "Checkpoint every N steps (0: only resume)")
       ->check(CLI::NonNegativeNumber)
@@ -350,7 +384,7 @@ int main(int argc, char** argv) {
   app.add_option("--slow-ms", f.slow_ms, "Test: milliseconds --slow-rank sleeps per step")->check(CLI::NonNegativeNumber);
   app.add_option("--on-nan", f.on_nan, "NaN/Inf gradient norm or loss: stop, skip or warn (default: COHORT_ON_NAN, else stop)")
       ->check(CLI::IsMember({"stop", "skip", "warn"}));
-  CLI11_PARSE(app, argc, argv);
+  if (auto status = examples::parse_command_line(app, argc, argv, "fashion_mnist")) return *status;
   if (!f.on_nan.empty()) {
     cohort::MonitorOptions options = cohort::monitor().options();
     options.on_nan = *cohort::parse_on_nan(f.on_nan);

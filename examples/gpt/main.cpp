@@ -16,6 +16,7 @@
 #include <iostream>
 #include <thread>
 
+#include "cli_checks.h"  // examples::kFinite, examples::parse_command_line
 #include "corpus.h"
 #include "gpt_model.h"
 #include "options.h"
@@ -106,9 +107,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"ddp", "zero1", "zero2", "zero3", "diloco"}))
       ->capture_default_str();
   app.add_option("--sync-every", o.sync_every, "--mode diloco: local steps between synchronisations")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--outer-lr", o.outer_lr, "--mode diloco: outer learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--outer-lr", o.outer_lr, "--mode diloco: outer learning rate")->check(examples::kFinite)->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--outer-momentum", o.outer_momentum, "--mode diloco: outer Nesterov momentum, in [0, 1)")
-      ->check(CLI::Range(0.0, 0.999999))
+      ->check(examples::kFinite)->check(CLI::Range(0.0, 0.999999))
       ->capture_default_str();
   app.add_option("--comm-hook", o.comm_hook, "--mode ddp: none, fp16, bf16 or powersgd")
       ->check(CLI::IsMember({"none", "fp16", "bf16", "powersgd"}))
@@ -120,24 +121,25 @@ int main(int argc, char** argv) {
   app.add_option("--steps", o.steps, "Optimizer steps")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--batch", o.batch, "Sequences per rank and micro-step")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--accum", o.accum, "Micro-steps per optimizer step (gradient accumulation)")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--lr", o.lr, "Peak learning rate")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--min-lr", o.min_lr, "Learning rate at the end of the cosine")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--lr", o.lr, "Peak learning rate")->check(examples::kFinite)->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--min-lr", o.min_lr, "Learning rate at the end of the cosine")->check(examples::kFinite)->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--warmup", o.warmup, "Warm-up steps of the schedule")->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--weight-decay", o.weight_decay, "AdamW's decoupled weight decay, matrices only")->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--clip", o.clip, "Gradient norm clipping")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--weight-decay", o.weight_decay, "AdamW's decoupled weight decay, matrices only")->check(examples::kFinite)->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--clip", o.clip, "Gradient norm clipping")->check(examples::kFinite)->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--seed", o.seed, "Seed of the model and the data order")->capture_default_str();
-  app.add_option("--threads", o.threads, "Intra-op threads per rank (0: COHORT_THREADS, else cores / local ranks)");
+  app.add_option("--threads", o.threads, "Intra-op threads per rank (0: COHORT_THREADS, else cores / local ranks)")
+      ->check(CLI::Range(0, 1024));
   app.add_option("--timing-warmup", o.warmup_steps, "Steps before the throughput timer starts")->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--eval-every", o.eval_every, "Validation loss every N steps (0: only at the end)")->check(CLI::NonNegativeNumber);
   app.add_option("--eval-windows", o.eval_windows, "Validation sequences per evaluation")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--log-every", o.log_every, "Print the job's loss every N steps (rank 0; 0: never)")->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--sample-tokens", o.sample_tokens, "Bytes to generate at the end (0: none)")->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--peak-tflops", o.peak_tflops, "Per-rank peak for MFU (0: 989 on CUDA, measured GEMM rate on CPU)")->check(CLI::NonNegativeNumber);
+  app.add_option("--peak-tflops", o.peak_tflops, "Per-rank peak for MFU (0: 989 on CUDA, measured GEMM rate on CPU)")->check(examples::kFinite)->check(CLI::NonNegativeNumber);
   auto* dir = app.add_option("--ckpt-dir", o.ckpt_dir, "Checkpoint here, and resume from here");
   app.add_option("--ckpt-every", o.ckpt_every, "Checkpoint every N steps (0: only resume)")->check(CLI::NonNegativeNumber)->needs(dir);
   app.add_flag("--ckpt-sync", o.ckpt_sync, "Write checkpoints synchronously");
   app.add_flag("!--no-bf16", o.bf16, "On CUDA, train in float32 instead of bf16 autocast");
-  CLI11_PARSE(app, argc, argv);
+  if (auto status = examples::parse_command_line(app, argc, argv, "gpt")) return *status;
   if (o.min_lr > o.lr) {
     std::cerr << "gpt: --min-lr " << o.min_lr << " is above --lr " << o.lr << std::endl;
     return 2;

@@ -19,6 +19,8 @@
 #include <iostream>
 #include <sstream>
 
+#include "cli_checks.h"  // examples::kFinite, examples::parse_command_line
+
 namespace {
 
 // "VmRSS", "VmHWM" (peak RSS), "VmSize", "VmPeak" of this process, in MiB.
@@ -44,25 +46,26 @@ int main(int argc, char** argv) {
   int mmap_threshold_kb = 0;
   std::string rs = "auto", ag = "auto", optimizer_name = "fused_adam";
   app.add_option("--mode", mode, "ddp, zero1, zero2 or zero3")->check(CLI::IsMember({"ddp", "zero1", "zero2", "zero3"}));
-  app.add_option("--layers", layers, "hidden Linear(width, width) layers");
-  app.add_option("--width", width, "hidden width");
-  app.add_option("--batch", batch, "samples per rank and step");
-  app.add_option("--steps", steps, "training steps (after warm-up)");
-  app.add_option("--warmup", warmup, "steps not timed");
-  app.add_option("--threads", threads, "intra-op threads per rank");
-  app.add_option("--unit-cap-mb", unit_cap_mb, "zero1/zero2: unit size");
+  app.add_option("--layers", layers, "hidden Linear(width, width) layers")->check(CLI::Range(1, 100000));
+  app.add_option("--width", width, "hidden width")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--batch", batch, "samples per rank and step")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--steps", steps, "training steps (after warm-up)")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", warmup, "steps not timed")->check(CLI::NonNegativeNumber);
+  app.add_option("--threads", threads, "intra-op threads per rank")->check(CLI::Range(1, 1024));
+  app.add_option("--unit-cap-mb", unit_cap_mb, "zero1/zero2: unit size")->check(examples::kFinite)->check(CLI::PositiveNumber);
   app.add_option("--reduce-scatter", rs, "auto, ring, shm or allreduce_slice")
       ->check(CLI::IsMember({"auto", "ring", "shm", "allreduce_slice"}));
   app.add_option("--allgather", ag, "auto, backend, shm or shm_allreduce")
       ->check(CLI::IsMember({"auto", "backend", "shm", "shm_allreduce"}));
-  app.add_option("--lr", lr, "Adam learning rate");
+  app.add_option("--lr", lr, "Adam learning rate")->check(examples::kFinite)->check(CLI::PositiveNumber);
   app.add_option("--optimizer", optimizer_name, "fused_adam (cohort::FusedAdam, one pass) or adam (torch::optim::Adam)")
       ->check(CLI::IsMember({"adam", "fused_adam"}));
   app.add_option("--mmap-threshold-kb", mmap_threshold_kb,
                  "blocks from this size on are mmap'd and returned to the OS when freed, so RSS follows live "
                  "memory (the memory probe and run_under_limit.sh pass 256); 0, the default: cohort::init() makes "
-                 "malloc keep freed memory for the next step (cohort/memory_reuse.h)");
-  CLI11_PARSE(app, argc, argv);
+                 "malloc keep freed memory for the next step (cohort/memory_reuse.h)")
+      ->check(CLI::NonNegativeNumber);
+  if (auto status = examples::parse_command_line(app, argc, argv, "sharded_mlp")) return *status;
 
   // A fixed threshold makes RSS follow live memory, and costs time: every big temporary is a fresh
   // mapping, page-faulted and cleared by the kernel each step (docs/BENCHMARKS.md, issue 7). So it

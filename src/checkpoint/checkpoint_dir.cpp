@@ -5,13 +5,15 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 
 #include "checkpoint/safetensors.h"
+#include "cohort/error.h"
 
 namespace cohort::ckpt {
 namespace {
+
+// A manifest lists files and small JSON states; 64 MiB is far beyond any real one.
+constexpr uint64_t kMaxManifestBytes = 64u << 20;
 
 std::vector<std::string> entries_of(const std::string& dir) {
   std::vector<std::string> names;
@@ -37,15 +39,17 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }  // namespace
 
 std::optional<Manifest> read_manifest(const std::string& path, std::string* problem) {
-  std::ifstream in(path + "/" + kManifestName, std::ios::binary);
-  if (!in) {
+  const std::string file = path + "/" + kManifestName;
+  struct stat st {};
+  if (::lstat(file.c_str(), &st) != 0) {
     *problem = std::string("no ") + kManifestName + " (an interrupted or unfinished save)";
     return std::nullopt;
   }
-  std::stringstream text;
-  text << in.rdbuf();
   try {
-    return Manifest::parse(text.str());
+    return Manifest::parse(read_small_file(file, kMaxManifestBytes, -1));
+  } catch (const Error& e) {  // not a regular file, or too large
+    *problem = e.what();
+    return std::nullopt;
   } catch (const std::exception& e) {
     *problem = std::string(kManifestName) + " " + e.what();
     return std::nullopt;
@@ -99,7 +103,8 @@ std::string verify_checkpoint(const std::string& path) {
   for (const auto& f : manifest->files) {
     const std::string file = path + "/" + f.name;
     struct stat st {};
-    if (::stat(file.c_str(), &st) != 0) return f.name + ": missing";
+    if (::lstat(file.c_str(), &st) != 0) return f.name + ": missing";
+    if (!S_ISREG(st.st_mode)) return f.name + ": not a regular file (a checkpoint holds regular files only)";
     if (static_cast<uint64_t>(st.st_size) != f.bytes)
       return f.name + ": has " + std::to_string(st.st_size) + " bytes, the manifest lists " + std::to_string(f.bytes) +
              (static_cast<uint64_t>(st.st_size) < f.bytes ? " (truncated)" : "");

@@ -360,7 +360,9 @@ class Checkpointer::Impl {
   c10::intrusive_ptr<c10d::Store>& store() {
     if (!store_) {
       if (dynamic_cast<c10d::TCPStore*>(ctx_.store().get()) == nullptr) {
-        store_ = ctx_.store();  // in-memory store (ranks as threads): already thread-safe
+        // In-memory (ranks as threads) or file store (one machine): thread-safe, and a wait on
+        // either holds no connection that the main thread needs.
+        store_ = ctx_.store();
       } else {
         c10d::TCPStoreOptions opts;
         opts.port = static_cast<uint16_t>(ctx_.env().master_port);
@@ -562,6 +564,7 @@ std::optional<RestoreInfo> Checkpointer::restore_latest(const TrainingState& sta
           if (f.role == "model" || f.role == "optimizer")  // replicated: every rank reads them
             attempt.files.push_back(std::make_unique<ckpt::TensorFileReader>(c.path, f, rank));  // verified here
         if (!c.manifest->sharding_json.empty()) ckpt::ShardFiles::check_present(c.path, *c.manifest, rank);
+        ckpt::check_manifest_states(*c.manifest, rank);  // sampler, optimizer, RNG: before anything is applied
         loaded = std::move(attempt);
         break;
       } catch (const Error& e) {

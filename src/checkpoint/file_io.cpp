@@ -159,16 +159,53 @@ void fsync_dir(const std::string& dir, int rank) {
   if (rc != 0) throw CheckpointError(rank, "could not fsync directory " + dir + ": " + describe(err));
 }
 
+int open_checkpoint_file(const std::string& path, int rank, uint64_t* bytes) {
+  // O_NONBLOCK: opening a FIFO does not wait for a writer (fstat below refuses it); reads of a
+  // regular file ignore the flag.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ELOOP) throw CheckpointError(rank, path + " is a symbolic link; a checkpoint holds regular files only");
+    throw CheckpointError(rank, "could not open " + path + ": " + describe(err));
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw CheckpointError(rank, path + " is not a regular file (a FIFO, device or directory); a checkpoint holds "
+                                "regular files only");
+  }
+  *bytes = static_cast<uint64_t>(st.st_size);
+  return fd;
+}
+
+std::string read_small_file(const std::string& path, uint64_t max_bytes, int rank) {
+  uint64_t bytes = 0;
+  const int fd = open_checkpoint_file(path, rank, &bytes);
+  if (bytes > max_bytes) {
+    ::close(fd);
+    throw CheckpointError(rank, path + " has " + std::to_string(bytes) + " bytes, more than the " +
+                                    std::to_string(max_bytes) + " such a file may have");
+  }
+  std::string text(static_cast<size_t>(bytes), '\0');
+  size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // shrank while read: what was read is checked by the parser
+    got += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  text.resize(got);
+  return text;
+}
+
 namespace {
 
 // Reads a whole file through `sink(data, n)`; returns its size.
 template <typename Sink>
 uint64_t stream_file(const std::string& path, int rank, Sink&& sink) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    throw CheckpointError(rank, "could not open " + path + ": " + describe(err));
-  }
+  uint64_t size = 0;
+  const int fd = open_checkpoint_file(path, rank, &size);
   uint64_t total = 0;
   for (;;) {
     char* buf = sink.buffer(kHashChunk);

@@ -72,6 +72,15 @@ class AtomicWriter {
 /// Makes the renames and removals in `dir` durable. Throws CheckpointError.
 void fsync_dir(const std::string& dir, int rank);
 
+/// Opens a file of a checkpoint for reading: a regular file only. A symlink (it may point out of
+/// the checkpoint directory), a FIFO (reading would wait forever) or a device (/dev/zero: endless)
+/// is a CheckpointError naming it, as is a file that cannot be opened. *bytes gets its size.
+int open_checkpoint_file(const std::string& path, int rank, uint64_t* bytes);
+
+/// The whole of a small checkpoint file (a manifest) through open_checkpoint_file; a file larger
+/// than `max_bytes` is a CheckpointError instead of an allocation of its size.
+std::string read_small_file(const std::string& path, uint64_t max_bytes, int rank);
+
 /// Size and XXH3-64 of a file as it is on disk. Throws CheckpointError if it cannot be read.
 FileRecord hash_file(const std::string& dir, const std::string& name, int rank);
 

@@ -2,8 +2,13 @@
 
 #include <nlohmann/json.hpp>  // manifest text
 
+#include <cmath>
 #include <cstdio>
+#include <limits>
+#include <set>
 #include <stdexcept>
+
+#include "runtime/json_fields.h"
 
 namespace cohort::ckpt {
 
@@ -28,6 +33,76 @@ std::string Manifest::to_json() const {
   return j.dump(1) + "\n";
 }
 
+namespace {
+
+// Bounds of the manifest's numbers: far beyond any real job, low enough that arithmetic on them
+// (step + 1, bytes summed over files) cannot overflow.
+constexpr int64_t kMaxStep = int64_t{1} << 62;
+constexpr int64_t kMaxWorldSize = 1 << 24;
+constexpr int64_t kMaxFileBytes = int64_t{1} << 56;
+
+std::string string_field(const nlohmann::json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_string()) throw std::runtime_error(std::string("has no \"") + key + "\" string");
+  return it->get<std::string>();
+}
+
+const nlohmann::json& array_field(const nlohmann::json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_array()) throw std::runtime_error(std::string("has no \"") + key + "\" list");
+  return *it;
+}
+
+// The files a checkpoint must list: rank 0's model file; the optimizer file where the manifest
+// describes optimizer state of replicated training; one shard per rank of sharded training.
+void check_required_files(const Manifest& m) {
+  std::set<std::string> names;
+  int models = 0, optimizers = 0;
+  std::vector<int> shards(static_cast<size_t>(m.world_size), 0);
+  for (const auto& f : m.files) {
+    if (!names.insert(f.name).second) throw std::runtime_error("lists \"" + f.name + "\" twice");
+    if (f.role == "model") ++models;
+    if (f.role == "optimizer") ++optimizers;
+    if (f.role == "shard") ++shards[static_cast<size_t>(f.rank)];
+  }
+  if (models != 1) throw std::runtime_error("lists " + std::to_string(models) + " model files, not 1");
+  const bool sharded = !m.sharding_json.empty();
+  if (!sharded && optimizers != (m.optimizer_json.empty() ? 0 : 1))
+    throw std::runtime_error("lists " + std::to_string(optimizers) + " optimizer files for " +
+                             (m.optimizer_json.empty() ? "no" : "one") + " optimizer");
+  for (size_t r = 0; r < shards.size(); ++r) {
+    if (shards[r] != (sharded ? 1 : 0))
+      throw std::runtime_error("lists " + std::to_string(shards[r]) + " shard files of rank " + std::to_string(r) +
+                               (sharded ? ", not 1" : " for replicated state"));
+  }
+}
+
+// The optimizer description (training_state.h): {"type": "Adam", "groups": [{"lr": 0.001, "params": 4}]}.
+void check_optimizer_description(const nlohmann::json& d) {
+  const bool ok = d.contains("type") && d["type"].is_string() && d.contains("groups") && d["groups"].is_array();
+  if (!ok) throw std::runtime_error("has an \"optimizer\" without a \"type\" string and a \"groups\" list");
+  for (const auto& g : d["groups"]) {
+    const bool group_ok = g.is_object() && g.contains("lr") && g["lr"].is_number() &&
+                          std::isfinite(g["lr"].get<double>()) && g.contains("params") &&
+                          detail::is_integer_in(g["params"], 0, std::numeric_limits<int64_t>::max());
+    if (!group_ok) throw std::runtime_error("has an optimizer group without a finite \"lr\" and a \"params\" count");
+  }
+}
+
+std::map<std::string, std::string> string_map(const nlohmann::json& j, const char* key) {
+  std::map<std::string, std::string> out;
+  auto it = j.find(key);
+  if (it == j.end()) return out;
+  if (!it->is_object()) throw std::runtime_error(std::string("has \"") + key + "\" that is not an object");
+  for (const auto& [k, v] : it->items()) {
+    if (!v.is_string()) throw std::runtime_error(std::string("has \"") + key + "\" with a value that is not a string");
+    out[k] = v.get<std::string>();
+  }
+  return out;
+}
+
+}  // namespace
+
 Manifest Manifest::parse(const std::string& text) {
   nlohmann::json j;
   try {
@@ -35,41 +110,75 @@ Manifest Manifest::parse(const std::string& text) {
   } catch (const nlohmann::json::exception& e) {
     throw std::runtime_error(std::string("is not JSON (") + e.what() + ")");
   }
+  if (!j.is_object()) throw std::runtime_error("is not a JSON object");
+  using detail::integer_field;
   Manifest m;
   try {
-    if (j.at("format").get<std::string>() != kFormatName)
-      throw std::runtime_error("is not a cohort checkpoint manifest (format \"" + j.at("format").get<std::string>() + "\")");
-    m.version = j.at("version").get<int>();
+    const std::string format = string_field(j, "format");
+    if (format != kFormatName)
+      throw std::runtime_error("is not a cohort checkpoint manifest (format \"" + format.substr(0, 40) + "\")");
+    m.version = static_cast<int>(integer_field(j, "version", 0, 1 << 30));
     if (m.version != kFormatVersion)
       throw std::runtime_error("has format version " + std::to_string(m.version) + "; this cohort reads version " +
                                std::to_string(kFormatVersion));
-    m.step = j.at("step").get<int64_t>();
-    m.epoch = j.at("epoch").get<int64_t>();
-    m.world_size = j.at("world_size").get<int>();
-    m.created_unix_ms = j.value("created_unix_ms", int64_t{0});
-    for (const auto& f : j.at("files")) {
+    m.step = integer_field(j, "step", 0, kMaxStep);
+    m.epoch = integer_field(j, "epoch", 0, kMaxStep);
+    m.world_size = static_cast<int>(integer_field(j, "world_size", 1, kMaxWorldSize));
+    if (j.contains("created_unix_ms")) m.created_unix_ms = integer_field(j, "created_unix_ms", 0);
+    for (const auto& f : array_field(j, "files")) {
+      if (!f.is_object()) throw std::runtime_error("lists a file that is not an object");
       ManifestFile mf;
-      mf.name = f.at("name").get<std::string>();
+      mf.name = string_field(f, "name");
       if (mf.name.empty() || mf.name.find('/') != std::string::npos || mf.name[0] == '.')
         throw std::runtime_error("lists a file outside its directory: \"" + mf.name + "\"");
-      mf.bytes = f.at("bytes").get<uint64_t>();
-      mf.xxh3 = from_hex(f.at("xxh3").get<std::string>());
-      mf.rank = f.at("rank").get<int>();
-      mf.role = f.at("role").get<std::string>();
+      mf.bytes = static_cast<uint64_t>(integer_field(f, "bytes", 0, kMaxFileBytes));
+      mf.xxh3 = from_hex(string_field(f, "xxh3"));
+      mf.rank = static_cast<int>(integer_field(f, "rank", 0, m.world_size - 1));
+      mf.role = string_field(f, "role");
+      if (mf.role != "model" && mf.role != "optimizer" && mf.role != "shard")
+        throw std::runtime_error("lists \"" + mf.name + "\" with role \"" + mf.role.substr(0, 40) + "\"");
       m.files.push_back(std::move(mf));
     }
-    if (!j.at("sampler").is_null()) m.sampler_json = j.at("sampler").dump();
-    if (!j.at("optimizer").is_null()) m.optimizer_json = j.at("optimizer").dump();
-    for (const auto& r : j.at("rng")) {
+    auto object_or_null = [&](const char* key) {
+      auto it = j.find(key);
+      if (it == j.end() || (!it->is_null() && !it->is_object()))
+        throw std::runtime_error(std::string("has no \"") + key + "\" object (or null)");
+      return it->is_null() ? std::string() : it->dump();
+    };
+    m.sampler_json = object_or_null("sampler");
+    m.optimizer_json = object_or_null("optimizer");
+    if (!m.optimizer_json.empty()) check_optimizer_description(j["optimizer"]);
+    for (const auto& r : array_field(j, "rng")) {
+      if (!r.is_object()) throw std::runtime_error("has an RNG state that is not an object");
       RankRng rr;
-      rr.rank = r.at("rank").get<int>();
-      rr.cpu = r.at("cpu").get<std::string>();
-      rr.cuda = r.value("cuda", std::vector<std::string>{});
+      rr.rank = static_cast<int>(integer_field(r, "rank", 0, m.world_size - 1));
+      rr.cpu = string_field(r, "cpu");
+      const auto check_hex = [&](const std::string& hex) {
+        try {
+          hex_to_bytes(hex);
+        } catch (const std::invalid_argument&) {
+          throw std::runtime_error("has an RNG state of rank " + std::to_string(rr.rank) + " that is not hex");
+        }
+      };
+      check_hex(rr.cpu);
+      if (r.contains("cuda")) {
+        if (!r["cuda"].is_array()) throw std::runtime_error("has CUDA RNG states that are not a list");
+        for (const auto& c : r["cuda"]) {
+          if (!c.is_string()) throw std::runtime_error("has a CUDA RNG state that is not a string");
+          rr.cuda.push_back(c.get<std::string>());
+          check_hex(rr.cuda.back());
+        }
+      }
       m.rng.push_back(std::move(rr));
     }
-    m.metadata = j.at("metadata").get<std::map<std::string, std::string>>();
-    if (j.contains("user")) m.user = j.at("user").get<std::map<std::string, std::string>>();
-    if (j.contains("sharding") && !j.at("sharding").is_null()) m.sharding_json = j.at("sharding").dump();
+    if (!j.contains("metadata")) throw std::runtime_error("has no \"metadata\"");
+    m.metadata = string_map(j, "metadata");
+    m.user = string_map(j, "user");
+    if (j.contains("sharding") && !j.at("sharding").is_null()) {
+      if (!j.at("sharding").is_object()) throw std::runtime_error("has \"sharding\" that is not an object");
+      m.sharding_json = j.at("sharding").dump();
+    }
+    check_required_files(m);
   } catch (const nlohmann::json::exception& e) {
     throw std::runtime_error(std::string("is missing a field or has a wrong type (") + e.what() + ")");
   } catch (const std::invalid_argument& e) {

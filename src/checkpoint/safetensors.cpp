@@ -2,10 +2,16 @@
 
 #include <nlohmann/json.hpp>  // header text
 
+#include <unistd.h>  // pread
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
-#include <fstream>
+#include <limits>
 #include <stdexcept>
+
+#include "checkpoint/file_io.h"
+#include "runtime/json_fields.h"
 
 namespace cohort::ckpt {
 namespace {
@@ -77,30 +83,45 @@ SafetensorsHeader parse_header(const std::string& prefix, uint64_t file_bytes) {
   out.data_start = 8 + n;
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (it.key() == "__metadata__") {
+      if (!it->is_object()) throw std::runtime_error("__metadata__ is not an object");
       for (auto m = it->begin(); m != it->end(); ++m)
         out.metadata[m.key()] = m->is_string() ? m->get<std::string>() : m->dump();
       continue;
     }
     TensorEntry t;
     t.name = it.key();
-    try {
-      t.dtype = it->at("dtype").get<std::string>();
-      t.shape = it->at("shape").get<std::vector<int64_t>>();
-      const auto offsets = it->at("data_offsets").get<std::vector<uint64_t>>();
-      if (offsets.size() != 2) throw std::runtime_error("data_offsets needs two numbers");
-      t.begin = offsets[0];
-      t.end = offsets[1];
-    } catch (const nlohmann::json::exception& e) {
-      throw std::runtime_error("entry \"" + t.name + "\" is malformed: " + e.what());
+    // Every number is checked for its kind: get<int64_t>() of 1e300 or of -1 as uint64 would
+    // turn garbage into a plausible shape.
+    const auto malformed = [&](const std::string& what) {
+      return std::runtime_error("entry \"" + t.name + "\" is malformed: " + what);
+    };
+    if (!it->is_object()) throw malformed("not an object");
+    const auto dtype = it->find("dtype");
+    const auto shape = it->find("shape");
+    const auto offsets = it->find("data_offsets");
+    if (dtype == it->end() || !dtype->is_string()) throw malformed("no dtype string");
+    if (shape == it->end() || !shape->is_array()) throw malformed("no shape list");
+    if (offsets == it->end() || !offsets->is_array() || offsets->size() != 2) throw malformed("data_offsets needs two numbers");
+    t.dtype = dtype->get<std::string>();
+    for (const auto& d : *shape) {
+      if (!detail::is_integer_in(d, 0, std::numeric_limits<int64_t>::max()))
+        throw std::runtime_error("tensor \"" + t.name + "\" has a dimension that is not a non-negative integer");
+      t.shape.push_back(d.get<int64_t>());
     }
+    for (const auto& o : *offsets)
+      if (!o.is_number_unsigned() && !detail::is_integer_in(o, 0, std::numeric_limits<int64_t>::max()))
+        throw malformed("data_offsets are not non-negative integers");
+    t.begin = (*offsets)[0].get<uint64_t>();
+    t.end = (*offsets)[1].get<uint64_t>();
     const int size = dtype_size(t.dtype);
     if (size == 0) throw std::runtime_error("tensor \"" + t.name + "\" has unknown dtype " + t.dtype);
-    uint64_t elements = 1;
+    // The byte count, checked for overflow: [2^32, 2^32] elements would otherwise wrap to 0 bytes.
+    uint64_t bytes = static_cast<uint64_t>(size);
     for (int64_t d : t.shape) {
-      if (d < 0) throw std::runtime_error("tensor \"" + t.name + "\" has a negative dimension");
-      elements *= static_cast<uint64_t>(d);
+      if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes))
+        throw std::runtime_error("tensor \"" + t.name + "\" has a shape whose size overflows");
     }
-    if (t.end < t.begin || t.end - t.begin != elements * static_cast<uint64_t>(size))
+    if (t.end < t.begin || t.end - t.begin != bytes)
       throw std::runtime_error("tensor \"" + t.name + "\": its byte range does not match its shape and dtype");
     out.tensors.push_back(std::move(t));
   }
@@ -122,17 +143,32 @@ SafetensorsHeader parse_header(const std::string& prefix, uint64_t file_bytes) {
 }
 
 SafetensorsHeader read_header(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) throw std::runtime_error("cannot be opened");
-  const uint64_t file_bytes = static_cast<uint64_t>(in.tellg());
-  in.seekg(0);
+  uint64_t file_bytes = 0;
+  int fd = -1;
+  try {
+    fd = open_checkpoint_file(path, -1, &file_bytes);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(e.what());
+  }
+  auto read_at = [&](std::string& into, uint64_t offset) {
+    size_t got = 0;
+    while (got < into.size()) {
+      const ssize_t n = ::pread(fd, into.data() + got, into.size() - got, static_cast<off_t>(offset + got));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      got += static_cast<size_t>(n);
+    }
+    into.resize(got);
+  };
   std::string prefix(std::min<uint64_t>(8, file_bytes), '\0');
-  in.read(prefix.data(), static_cast<std::streamsize>(prefix.size()));
+  read_at(prefix, 0);
   const uint64_t need = needed_prefix(prefix);
   if (need > 8 && need <= file_bytes && need <= kMaxHeader + 8) {
-    prefix.resize(need);
-    in.read(prefix.data() + 8, static_cast<std::streamsize>(need - 8));
+    std::string rest(need - 8, '\0');
+    read_at(rest, 8);
+    prefix += rest;
   }
+  ::close(fd);
   return parse_header(prefix, file_bytes);
 }
 

@@ -16,8 +16,9 @@ void ShardFiles::check_present(const std::string& dir, const Manifest& manifest,
     if (f.rank < 0 || f.rank >= manifest.world_size)
       throw CheckpointError(rank, f.name + ": shard of rank " + std::to_string(f.rank) + " in a world of " + std::to_string(manifest.world_size));
     struct stat st {};
-    if (::stat((dir + "/" + f.name).c_str(), &st) != 0)
+    if (::lstat((dir + "/" + f.name).c_str(), &st) != 0)
       throw CheckpointError(rank, f.name + ": missing");
+    if (!S_ISREG(st.st_mode)) throw CheckpointError(rank, f.name + ": not a regular file");
     if (static_cast<uint64_t>(st.st_size) != f.bytes)
       throw CheckpointError(rank, f.name + ": " + std::to_string(st.st_size) + " bytes, the manifest says " + std::to_string(f.bytes));
     seen[static_cast<size_t>(f.rank)] = true;

@@ -99,11 +99,8 @@ class PerTensorHashes {
 
 TensorFileReader::TensorFileReader(const std::string& dir, const ManifestFile& expected, int rank)
     : name_(expected.name), path_(dir + "/" + expected.name), rank_(rank) {
-  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd_ < 0) {
-    const int err = errno;
-    throw CheckpointError(rank, "could not open " + path_ + ": " + std::strerror(err));
-  }
+  uint64_t bytes = 0;
+  fd_ = open_checkpoint_file(path_, rank, &bytes);  // regular files only
   try {
     verify(expected);
   } catch (...) {
@@ -118,6 +115,10 @@ TensorFileReader::TensorFileReader(const std::string& dir, const ManifestFile& e
 void TensorFileReader::verify(const ManifestFile& expected) {
   struct stat st {};
   if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) throw CheckpointError(rank_, path_ + " is not a regular file");
+  if (static_cast<uint64_t>(st.st_size) != expected.bytes) {  // before reading a byte of it
+    const std::string problem = check_file_contents(expected, "", static_cast<uint64_t>(st.st_size), 0);
+    throw CheckpointError(rank_, problem);
+  }
   ::posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL);
   std::unique_ptr<char[]> buf(new char[kVerifyChunk]);
   Hasher hasher;

@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 
+#include "cohort/distributed_sampler.h"  // SamplerState
 #include "cohort/error.h"
 #include "cohort/torch_compat.h"
 #include "runtime/torch_compat_internal.h"
@@ -274,6 +275,25 @@ void apply_optimizer_description(torch::optim::Optimizer& optimizer, const std::
     throw CheckpointError(rank, "the checkpoint's optimizer has " + std::to_string(groups.size()) +
                                     " parameter groups, this one " + std::to_string(param_groups.size()));
   for (size_t g = 0; g < param_groups.size(); ++g) param_groups[g].options().set_lr(groups[g].at("lr").get<double>());
+}
+
+void check_manifest_states(const Manifest& m, int rank) {
+  // Manifest::parse checked the kinds (the optimizer description's, the RNG states' hex); what is
+  // left depends on this program: the sampler's state type and this libtorch's generator.
+  if (!m.sampler_json.empty()) {
+    try {
+      SamplerState::from_json(m.sampler_json);
+    } catch (const std::exception& e) {
+      throw CheckpointError(rank, std::string("the checkpoint's sampler state does not load: ") + e.what());
+    }
+  }
+  const size_t cpu_state_bytes = at::detail::getDefaultCPUGenerator().get_state().nbytes();
+  for (const auto& r : m.rng) {
+    if (r.cpu.size() != 2 * cpu_state_bytes)
+      throw CheckpointError(rank, "the checkpoint's CPU RNG state of rank " + std::to_string(r.rank) + " has " +
+                                      std::to_string(r.cpu.size() / 2) + " bytes; this libtorch's has " +
+                                      std::to_string(cpu_state_bytes));
+  }
 }
 
 RankRng capture_rng(const torch::nn::Module& module, int rank) {

@@ -54,6 +54,12 @@ std::string optimizer_description(const torch::optim::Optimizer& optimizer, int 
 /// Checks the optimizer type and group count, and sets the saved learning rates.
 void apply_optimizer_description(torch::optim::Optimizer& optimizer, const std::string& description, int rank);
 
+/// Throws CheckpointError when a part of the manifest does not fit this program: sampler state
+/// that does not load, a CPU RNG state of another size than this libtorch's generator's.
+/// Restore checks these while it chooses a checkpoint, before anything is applied, so that a bad
+/// part means the next older checkpoint instead of a half-restored one.
+void check_manifest_states(const Manifest& manifest, int rank);
+
 /// This process's RNG states: the CPU generator and the CUDA generators of the devices the
 /// module's tensors are on.
 RankRng capture_rng(const torch::nn::Module& module, int rank);

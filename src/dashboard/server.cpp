@@ -1,9 +1,10 @@
 // dashboard/server.cpp — the dashboard's and /metrics' HTTP server on cpp-httplib (see server.h).
 //
-// Threads: one accepts (listen_after_bind), a pool serves requests, one request per connection.
-// A live stream (/api/stream) holds one pool thread while it is open; it waits on its Hub
+// Threads: one accepts (listen_after_bind), each connection gets its own (connection_threads.h),
+// one request per connection.
+// A live stream (/api/stream) holds its connection's thread while it is open; it waits on its Hub
 // subscription in short slices, so that ~Server can end every stream — after sending what is
-// still queued — within a fraction of a second, and then join the threads.
+// still queued — within a fraction of a second, and then wait for the threads.
 #include "dashboard/server.h"
 
 #include <arpa/inet.h>
@@ -26,6 +27,7 @@
 
 #include "cohort/error.h"
 #include "dashboard/assets.h"
+#include "dashboard/connection_threads.h"
 #include "monitor/hub.h"
 #include "sim/calibrate.h"
 #include "sim/page_assets.h"
@@ -41,7 +43,9 @@ constexpr auto kKeepAlive = std::chrono::seconds(15);          // comment line o
 constexpr int kStreamRetryMs = 2000;                          // the browser's reconnection delay
 constexpr int kBatch = 256;                                   // queued messages sent in one write
 constexpr int kMaxStreams = 16;                               // live streams at once (each holds a thread)
-constexpr int kPoolThreads = kMaxStreams + 8;                 // plus room for page, API and scrapes
+// Connections served at once, each on its own thread (connection_threads.h): far more than a
+// dashboard's real clients, so that slow or stalled ones cannot take every thread.
+constexpr size_t kConnectionThreads = 256;
 
 const char* const kContentSecurityPolicy =
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
@@ -437,12 +441,14 @@ Server::Server(hub::Hub* hub, Site site, ServerOptions options)
     s.sim_index_html = with_token_query(sim->view(), s.options.token);
   }
 
-  s.http.new_task_queue = [] { return new httplib::ThreadPool(kPoolThreads); };
+  s.http.new_task_queue = [] { return new ConnectionThreads(kConnectionThreads); };
   // httplib's default also sets SO_REUSEPORT, which would let a second server share a port that is
   // in use (and split the connections between them): SO_REUSEADDR only.
-  s.http.set_socket_options([](socket_t sock) {
+  int listen_fd = -1;  // the last socket httplib made, which is the one that bound
+  s.http.set_socket_options([&listen_fd](socket_t sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    listen_fd = sock;
   });
   // One request per connection: an idle keep-alive connection would hold a thread, and ~Server
   // would wait for it (requests are few: the page, its state, scrapes; streams are long anyway).
@@ -455,6 +461,10 @@ Server::Server(hub::Hub* hub, Site site, ServerOptions options)
 
   const int port = s.options.port == 0 ? s.http.bind_to_any_port(host) : (s.http.bind_to_port(host, s.options.port) ? s.options.port : -1);
   if (port <= 0) throw config_error(bind_failure(host, s.options.port));
+  // httplib listens with a backlog of 5: a burst of connections (a page and its assets, a scrape,
+  // or clients that never finish their request) beyond that has its SYNs dropped and retried a
+  // second or more later. Listening again on the bound socket raises the backlog.
+  if (listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);
   s.port = port;
   s.thread = std::thread([&s] {
     s.http.listen_after_bind();

@@ -16,6 +16,7 @@
 
 #include "cohort/context.h"
 #include "cohort/error.h"
+#include "runtime/json_fields.h"
 
 namespace cohort {
 
@@ -174,14 +175,18 @@ std::string SamplerState::to_json() const {
 SamplerState SamplerState::from_json(const std::string& text) {
   try {
     auto j = nlohmann::json::parse(text);
+    if (!j.is_object()) throw std::runtime_error("is not an object");
     SamplerState s;
-    s.epoch = j.at("epoch").get<int64_t>();
-    s.consumed = j.at("consumed").get<int64_t>();
-    s.dataset_size = j.at("dataset_size").get<int64_t>();
-    s.seed = j.at("seed").get<uint64_t>();
-    s.shuffle = j.at("shuffle").get<bool>();
+    s.epoch = detail::integer_field(j, "epoch", 0);
+    s.consumed = detail::integer_field(j, "consumed", 0);
+    s.dataset_size = detail::integer_field(j, "dataset_size", 0);
+    const auto seed = j.find("seed");
+    if (seed == j.end() || !seed->is_number_integer()) throw std::runtime_error("has no integer \"seed\"");
+    s.seed = seed->get<uint64_t>();  // any 64-bit value, as it was saved
+    if (!j.contains("shuffle") || !j["shuffle"].is_boolean()) throw std::runtime_error("has no \"shuffle\" flag");
+    s.shuffle = j["shuffle"].get<bool>();
     return s;
-  } catch (const nlohmann::json::exception& e) {
+  } catch (const std::exception& e) {
     throw ConfigError(-1, std::string("sampler state is not valid JSON of a sampler state: ") + e.what());
   }
 }

@@ -4,11 +4,31 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <iostream>
 
+#include "message_check.h"
 #include "socket_util.h"
 
 namespace cohort::launcher {
+namespace {
+
+// Names a sender of something that is not an agent message: the first time, then at every power
+// of ten, so that a flood of bad connections cannot fill the agent's stderr.
+void note_dropped(int fd, const std::string& problem) {
+  static std::atomic<uint64_t> dropped{0};
+  const uint64_t n = ++dropped;
+  for (uint64_t p = 1; p <= n; p *= 10) {
+    if (p == n) {
+      std::cerr << "cohort run: warning: dropped a connection from " << peer_address(fd) << ": " << problem
+                << (n > 1 ? " (" + std::to_string(n) + " dropped so far)" : std::string()) << std::endl;
+      return;
+    }
+  }
+}
+
+}  // namespace
 
 Channel::Channel(int fd) : fd_(fd) { set_nonblocking(fd_); }
 
@@ -76,14 +96,19 @@ bool Channel::receive(std::vector<nlohmann::json>& out) {
       break;
     }
     buffer_.append(buf, static_cast<size_t>(n));
-    if (buffer_.size() > (1u << 24)) return false;  // 16 MiB without a newline: not an agent
+    if (buffer_.size() > (1u << 24)) {  // 16 MiB without a newline: not an agent
+      note_dropped(fd_, "16 MiB without a line end");
+      return false;
+    }
   }
   size_t start = 0, nl;
   while ((nl = buffer_.find('\n', start)) != std::string::npos) {
     auto message = nlohmann::json::parse(buffer_.begin() + static_cast<long>(start),
                                          buffer_.begin() + static_cast<long>(nl), nullptr, false);
     start = nl + 1;
-    if (message.is_discarded() || !message.is_object() || !message.contains("type")) {
+    const std::string problem = message.is_discarded() ? "a line that is not JSON" : agent_message_problem(message);
+    if (!problem.empty()) {  // not an agent: what it sent is never acted on
+      note_dropped(fd_, problem);
       open = false;
       break;
     }

@@ -9,7 +9,8 @@ CLI::App* add_run_command(CLI::App& app, RunOptions& o) {
   CLI::App* run = app.add_subcommand(
       "run", "Start PROGRAM as the workers of a distributed job and supervise them.\nUsage: cohort run [OPTIONS] [--] PROGRAM [ARGS...]");
   run->add_option("--nproc-per-node,--nproc_per_node", o.nproc_per_node,
-                  "Workers on this node (default: one per GPU where CUDA is present, else one per CPU core)");
+                  "Workers on this node (default: one per GPU where CUDA is present, else one per CPU core)")
+      ->check(CLI::Range(1, kMaxProcsPerNode));  // also refuses -1, the default's internal value
   run->add_option_function<std::string>(
          "--nnodes",
          [&o](const std::string& v) {
@@ -26,7 +27,8 @@ CLI::App* add_run_command(CLI::App& app, RunOptions& o) {
                   "machine, 29500 on several)");
   run->add_option("--log-dir,--log_dir", o.log_dir, "Also write each rank's output to DIR/rank<R>.log");
   run->add_option("--threads-per-proc", o.threads_per_proc,
-                  "Intra-op threads per worker: COHORT_THREADS and OMP_NUM_THREADS (default: cores / workers)");
+                  "Intra-op threads per worker: COHORT_THREADS and OMP_NUM_THREADS (default: cores / workers)")
+      ->check(CLI::Range(1, kMaxThreadsPerProc));
   run->add_option("--rdzv-timeout", o.rdzv_timeout_s, "Seconds the nodes wait for each other at start")
       ->capture_default_str();
   run->add_option("--stop-timeout", o.stop_grace_s, "Seconds between SIGTERM and SIGKILL when stopping workers")

@@ -1,25 +1,16 @@
 // The elastic host's roster of agents. See elastic_roster.h.
 #include "elastic_roster.h"
 
-#include <arpa/inet.h>
-#include <sys/socket.h>
+#include <sys/socket.h>  // accept4
 
 #include <iostream>
 #include <sstream>
 
 #include "peer_protocol.h"
+#include "socket_util.h"
 
 namespace cohort::launcher {
 namespace {
-
-std::string peer_address(int fd) {
-  sockaddr_in a{};
-  socklen_t len = sizeof(a);
-  if (getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) return "?";
-  char buf[INET_ADDRSTRLEN];
-  inet_ntop(AF_INET, &a.sin_addr, buf, sizeof(buf));
-  return buf;
-}
 
 std::string seconds_text(double s) {
   std::ostringstream os;

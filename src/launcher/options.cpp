@@ -2,7 +2,9 @@
 #include "options.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <sstream>
 #include <string>
 
 #include "cohort/error.h"
@@ -18,6 +20,26 @@ void require(bool ok, const std::string& message) {
   if (!ok) throw ConfigError(-1, message);
 }
 
+// A duration flag: a finite number of seconds, positive (or also 0 where 0 means "off"), and at
+// most a week — "inf" or "nan" would overflow every deadline computed from it.
+void require_seconds(double s, const std::string& flag, bool zero_allowed) {
+  constexpr double kWeek = 7 * 24 * 3600.0;
+  std::ostringstream shown;  // as typed, more or less: -1, 0.5, inf, nan
+  shown << s;
+  const std::string what = flag + " " + shown.str();
+  require(std::isfinite(s), what + " is not a finite number of seconds");
+  if (zero_allowed) {
+    require(s >= 0, flag + " must not be negative (" + shown.str() + "; 0 turns it off)");
+  } else {
+    require(s > 0, what + " must be a positive number of seconds");
+  }
+  require(s <= kWeek, what + " is more than a week (604800 s)");
+}
+
+void require_count(int n, const std::string& flag, int lo, int hi) {
+  require(n >= lo && n <= hi, flag + " " + std::to_string(n) + " must be " + std::to_string(lo) + ".." + std::to_string(hi));
+}
+
 }  // namespace
 
 bool is_loopback_host(const std::string& host) {
@@ -31,16 +53,16 @@ void finalize_options(RunOptions& o) {
   require(o.node_rank >= 0 && o.node_rank < o.nnodes,
           "--node-rank " + std::to_string(o.node_rank) + " is out of range for --nnodes " +
               std::to_string(o.nnodes) + " (expected 0.." + std::to_string(o.nnodes - 1) + ")");
-  require(o.nproc_per_node == -1 || o.nproc_per_node >= 1,
-          "--nproc-per-node " + std::to_string(o.nproc_per_node) + " must be at least 1");
-  require(o.threads_per_proc == -1 || o.threads_per_proc >= 1,
-          "--threads-per-proc " + std::to_string(o.threads_per_proc) + " must be at least 1");
-  require(o.rdzv_timeout_s > 0, "--rdzv-timeout must be a positive number of seconds");
-  require(o.stop_grace_s >= 0, "--stop-timeout must not be negative");
-  require(o.max_restarts >= 0, "--max-restarts " + std::to_string(o.max_restarts) + " must be 0 or more");
+  // -1 (the default) means "pick one"; cli.cpp refuses a -1 typed by the user.
+  if (o.nproc_per_node != -1) require_count(o.nproc_per_node, "--nproc-per-node", 1, kMaxProcsPerNode);
+  if (o.threads_per_proc != -1) require_count(o.threads_per_proc, "--threads-per-proc", 1, kMaxThreadsPerProc);
+  require_seconds(o.rdzv_timeout_s, "--rdzv-timeout", false);
+  require_seconds(o.stop_grace_s, "--stop-timeout", true);
+  require_count(o.max_restarts, "--max-restarts", 0, 1000000);
+  require_count(o.tail_lines, "--tail-lines", 0, 100000);
   require(!o.warm_spares || o.max_restarts > 0,
           "--warm-spares prepares workers for a restart, and --max-restarts is 0 (no restarts)");
-  require(o.hang_timeout_s >= 0, "--hang-timeout must not be negative (0 turns hang detection off)");
+  require_seconds(o.hang_timeout_s, "--hang-timeout", true);  // 0: hang detection off
   require(!o.master_addr.empty(), "--master-addr must not be empty");
   require(o.master_port == -1 || (o.master_port >= 1 && o.master_port <= 65535),
           "--master-port " + std::to_string(o.master_port) + " is not a TCP port (1..65535)");
@@ -50,8 +72,9 @@ void finalize_options(RunOptions& o) {
           "--on-nan '" + o.on_nan + "' must be stop, skip or warn");
   require(o.dashboard_port >= 0 && o.dashboard_port <= 65535,
           "--dashboard-port " + std::to_string(o.dashboard_port) + " is not a TCP port (0..65535; 0: any free one)");
-  require(o.stall_timeout_s >= 0, "--stall-timeout must not be negative (0 turns stall detection off)");
-  require(o.straggler_factor > 1, "--straggler-factor must be greater than 1");
+  require_seconds(o.stall_timeout_s, "--stall-timeout", true);  // 0: stall detection off
+  require(std::isfinite(o.straggler_factor) && o.straggler_factor > 1 && o.straggler_factor <= 1000,
+          "--straggler-factor must be a number above 1 and up to 1000");
   require(!o.dashboard_host.empty(), "--dashboard-host must not be empty");
   if (o.dashboard_token.empty()) {
     if (const char* t = std::getenv("COHORT_DASHBOARD_TOKEN"); t && *t) o.dashboard_token = t;

@@ -48,6 +48,11 @@ struct RunOptions {
 /// The port the agents coordinate on (node 0 listens there): the store's port + 1.
 inline int agent_port(const RunOptions& o) { return o.master_port + 1; }
 
+/// Upper bounds of --nproc-per-node and --threads-per-proc: far above any machine's cores, low
+/// enough that a typo (100000) is an error instead of a fork bomb.
+constexpr int kMaxProcsPerNode = 1024;
+constexpr int kMaxThreadsPerProc = 1024;
+
 /// Fills defaults (nproc, threads, port, program path, dashboard token) and validates; throws
 /// cohort::ConfigError. The run directory's default is made later, by the agent that leads.
 void finalize_options(RunOptions& options);

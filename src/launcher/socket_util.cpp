@@ -113,6 +113,15 @@ int connect_tcp(const std::string& host, int port, int timeout_ms, int* error) {
   return fd;
 }
 
+std::string peer_address(int fd) {
+  sockaddr_in a{};
+  socklen_t len = sizeof(a);
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0 || a.sin_family != AF_INET) return "?";
+  char buf[INET_ADDRSTRLEN];
+  inet_ntop(AF_INET, &a.sin_addr, buf, sizeof(buf));
+  return buf;
+}
+
 void set_nonblocking(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
 bool write_all(int fd, const std::string& data) {

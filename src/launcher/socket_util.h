@@ -36,6 +36,9 @@ int connect_tcp(const std::string& host, int port, int timeout_ms, int* error);
 
 void set_nonblocking(int fd);
 
+/// The dotted address of a connected socket's peer ("?" when it has none).
+std::string peer_address(int fd);
+
 /// Writes all of `data` to a (possibly non-blocking) descriptor, waiting while it is full.
 /// Returns false when the peer is gone.
 bool write_all(int fd, const std::string& data);

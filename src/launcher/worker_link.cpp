@@ -13,9 +13,11 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "cohort/error.h"
+#include "message_check.h"
 
 namespace cohort::launcher {
 namespace {
@@ -33,7 +35,9 @@ void clean_run_dir(const std::string& dir) {
   if (DIR* d = ::opendir(dir.c_str())) {
     while (dirent* e = ::readdir(d)) {
       const std::string name = e->d_name;
-      if (has_suffix(name, ".sock") || name.find(".tmp-") != std::string::npos || name == "agent.lock") {
+      // store-<round>: a round's store file (agent.cpp), left behind by workers that were killed.
+      if (has_suffix(name, ".sock") || name.find(".tmp-") != std::string::npos || name == "agent.lock" ||
+          name.rfind("store-", 0) == 0) {
         ::unlink((dir + "/" + name).c_str());
       }
     }
@@ -103,6 +107,8 @@ WorkerLink::WorkerLink() {
   // Heartbeats of many workers may arrive while the agent is busy: room for a few hundred.
   int bytes = 1 << 20;
   ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
+  const int on = 1;  // every datagram carries its sender's pid, as the kernel knows it (receive())
+  ::setsockopt(fd_, SOL_SOCKET, SO_PASSCRED, &on, sizeof(on));
 }
 
 WorkerLink::~WorkerLink() {
@@ -113,16 +119,49 @@ WorkerLink::~WorkerLink() {
 }
 
 std::vector<WorkerMessage> WorkerLink::receive() {
+  using K = FieldKind;
   std::vector<WorkerMessage> out;
   char buf[65536];
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(ucred))];
   for (;;) {
     sockaddr_un from{};
-    socklen_t from_len = sizeof(from);
-    const ssize_t n = ::recvfrom(fd_, buf, sizeof(buf), MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&from), &from_len);
+    iovec iov{buf, sizeof(buf)};
+    msghdr msg{};
+    msg.msg_name = &from;
+    msg.msg_namelen = sizeof(from);
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    const ssize_t n = ::recvmsg(fd_, &msg, MSG_DONTWAIT);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) break;  // nothing more queued
+    // The kernel's word for who sent it (SO_PASSCRED): a datagram claiming another process's pid
+    // is some other program of this user, not that worker, and is dropped.
+    pid_t sender_pid = -1;
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_CREDENTIALS) {
+        ucred cred{};
+        std::memcpy(&cred, CMSG_DATA(c), sizeof(cred));
+        sender_pid = cred.pid;
+      }
+    }
     auto j = nlohmann::json::parse(buf, buf + n, nullptr, /*allow_exceptions=*/false);
-    if (!j.is_object() || !j.contains("pid") || !j["pid"].is_number_integer()) continue;
+    std::string problem;
+    if (!j.is_object() || !j.contains("pid")) {
+      problem = "not a JSON object with a pid";
+    } else {
+      problem = field_problem(j, {{"type", K::string}, {"pid", K::int64}, {"rank", K::integer}, {"step", K::int64},
+                                  {"reports", K::int64}, {"ddp_iterations", K::int64}, {"collectives", K::int64},
+                                  {"waiting_in", K::string}, {"waiting_us", K::int64}, {"path", K::string}});
+      if (problem.empty() && j["pid"].get<int64_t>() != sender_pid) {
+        problem = "pid " + j["pid"].dump() + " sent by process " + std::to_string(sender_pid);
+      }
+    }
+    if (!problem.empty()) {
+      if (dropped_++ == 0) std::cerr << "cohort run: warning: dropped a worker-link datagram: " << problem << std::endl;
+      continue;
+    }
     WorkerMessage m;
     m.type = j.value("type", "");
     m.pid = j["pid"].get<int64_t>();
@@ -133,7 +172,7 @@ std::vector<WorkerMessage> WorkerLink::receive() {
       h.reports = j.value("reports", int64_t{0});
       h.ddp_iterations = j.value("ddp_iterations", int64_t{0});
       h.collectives = j.value("collectives", int64_t{0});
-      if (j.contains("waiting_in") && j["waiting_in"].is_string()) {
+      if (j.contains("waiting_in")) {
         h.waiting_in = j["waiting_in"].get<std::string>();
         h.waiting_s = static_cast<double>(j.value("waiting_us", int64_t{0})) / 1e6;
       }
@@ -142,6 +181,7 @@ std::vector<WorkerMessage> WorkerLink::receive() {
     } else if (m.type == "metrics" || m.type == "event") {
       m.body = std::move(j);
     }
+    const socklen_t from_len = msg.msg_namelen;
     const size_t path_len =
         from_len > offsetof(sockaddr_un, sun_path) ? from_len - offsetof(sockaddr_un, sun_path) : 0;
     const std::string sender(from.sun_path, ::strnlen(from.sun_path, path_len));

@@ -62,8 +62,9 @@ class WorkerLink {
   const std::string& dir() const { return dir_; }
   const std::string& socket_path() const { return socket_path_; }
 
-  /// Every message queued now (never waits). Datagrams that are not JSON objects with a pid are
-  /// skipped. Remembers each sender's address for request().
+  /// Every message queued now (never waits). Datagrams that are not JSON objects with a pid, with
+  /// a field of the wrong kind, or whose pid is not the sending process's (as the kernel reports
+  /// it) are dropped; the first is named on stderr. Remembers each sender's address for request().
   std::vector<WorkerMessage> receive();
   /// Whether this pid has sent a message from an address that can be answered.
   bool knows(pid_t pid) const { return senders_.count(pid) != 0; }
@@ -77,6 +78,7 @@ class WorkerLink {
   int fd_ = -1;
   int lock_fd_ = -1;  // agent.lock, flock()ed while this agent lives (see worker_link.cpp)
   std::map<pid_t, std::string> senders_;  // pid → the path its messages came from
+  uint64_t dropped_ = 0;                  // datagrams dropped (receive())
 };
 
 }  // namespace cohort::launcher

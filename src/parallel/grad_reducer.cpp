@@ -32,8 +32,12 @@ GradReducer::GradReducer(std::vector<Param> params, c10::intrusive_ptr<Backend> 
       world_(world_size),
       options_(options),
       monitor_(monitor) {
-  if (options_.bucket_cap_mb <= 0 || options_.first_bucket_cap_mb <= 0) {
-    throw ConfigError(rank_, "DDP bucket_cap_mb and first_bucket_cap_mb must be positive");
+  // Written so that NaN fails too (every comparison with it is false); inf would overflow the byte cap.
+  const auto positive_mb = [](double mb) { return mb > 0 && mb <= (1 << 20); };
+  if (!positive_mb(options_.bucket_cap_mb) || !positive_mb(options_.first_bucket_cap_mb)) {
+    throw ConfigError(rank_, "DDP bucket_cap_mb and first_bucket_cap_mb must be positive MiB up to 1 TiB (bucket_cap_mb " +
+                                 std::to_string(options_.bucket_cap_mb) + ", first_bucket_cap_mb " +
+                                 std::to_string(options_.first_bucket_cap_mb) + ")");
   }
   for (const auto& p : params_) {
     if (p.tensor.is_sparse()) throw ConfigError(rank_, "DDP does not support sparse parameter '" + p.name + "'");

@@ -55,7 +55,7 @@ namespace {
 UnitPlan plan_units_without_keep(torch::nn::Module& module, bool is_sequential, const ShardedOptions& options, int rank) {
   const int level = static_cast<int>(options.level);
   if (level < 1 || level > 3) fail(rank, "level must be optimizer_state (1), gradients (2) or parameters (3), not " + std::to_string(level));
-  if (!(options.unit_cap_mb > 0)) fail(rank, "unit_cap_mb must be positive");
+  if (!(options.unit_cap_mb > 0 && options.unit_cap_mb <= (1 << 20))) fail(rank, "unit_cap_mb must be positive MiB up to 1 TiB");
 
   // Trainable parameters in registration order; frozen ones stay replicated and are not sharded.
   std::vector<std::string> names;

@@ -16,6 +16,17 @@ bool is_loopback(const std::string& host) {
   return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
 
+std::string resolve_problem(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  const int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res);
+  if (res != nullptr) freeaddrinfo(res);
+  if (rc == 0) return "";
+  return gai_strerror(rc);
+}
+
 bool wait_until_listening(const std::string& host, int port, long timeout_ms) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;

@@ -15,6 +15,10 @@ std::string local_address_towards(const std::string& host);
 /// second; probing first makes the store's own connect succeed at once.)
 bool wait_until_listening(const std::string& host, int port, long timeout_ms);
 
+/// Empty when `host` resolves to an address; otherwise the resolver's reason ("Name or service not
+/// known").
+std::string resolve_problem(const std::string& host);
+
 /// True for 127.0.0.0/8, ::1 and "localhost".
 bool is_loopback(const std::string& host);
 

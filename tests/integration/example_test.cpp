@@ -2,6 +2,7 @@
 // missing data set is a one-line error.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <regex>
 
@@ -37,6 +38,23 @@ TEST(Example, BadFlagIsRejected) {
   auto r = run_shell("env -i " + kExample + " --model transformer");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_TRUE(contains(r.output, "--model")) << r.output;
+}
+
+// Numbers that CLI11's own checks let through (NaN passes every comparison; inf is "positive"):
+// one line naming the flag and exit 2, before any training (issue 22; --lr nan was an 11-line
+// libtorch backtrace).
+TEST(Example, NonFiniteAndOutOfRangeNumbersAreOneLineErrors) {
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {"--lr nan", "--lr"},          {"--lr inf", "--lr"},           {"--lr -0.1", "--lr"},
+      {"--momentum nan", "--momentum"}, {"--momentum 2", "--momentum"}, {"--bucket-cap-mb nan", "--bucket-cap-mb"},
+      {"--bucket-cap-mb inf", "--bucket-cap-mb"}, {"--threads -3", "--threads"}, {"--outer-lr nan", "--outer-lr"},
+  };
+  for (const auto& [flags, name] : cases) {
+    const auto r = run_shell("env -i " + kExample + " --max-steps 1 " + flags);
+    EXPECT_EQ(r.exit_code, 2) << flags << "\n" << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << flags << "\n" << r.output;
+    EXPECT_TRUE(contains(r.output, "fashion_mnist: error: " + name)) << flags << "\n" << r.output;
+  }
 }
 
 TEST(Example, TwoRanksTrainAndAgreeOnParametersAndAreReproducible) {

@@ -174,6 +174,9 @@ TEST(Gpt, BadInputIsOneLineAndANonZeroExit) {
       {"--preset huge", "gpt: rank 0: no preset \"huge\" (there are: tiny, gpt2-124m)\n"},
       {"--heads 3", "gpt: rank 0: --heads 3 does not divide --dim 256\n"},
       {"--vocab 100", "gpt: rank 0: --vocab 100 is smaller than the byte tokenizer's 256 symbols\n"},
+      // CLI11's PositiveNumber lets NaN and inf through; the example's kFinite check does not.
+      {"--lr nan", "gpt: error: --lr: 'nan' is not a finite number (see gpt --help)\n"},
+      {"--clip inf", "gpt: error: --clip: 'inf' is not a finite number (see gpt --help)\n"},
   };
   for (const auto& [flags, expected] : cases) {
     const auto r = run_shell("env -i " + kGpt + " --steps 1 " + flags);

@@ -53,6 +53,35 @@ TEST(LauncherCli, BadMaxRestarts) {
   expect_one_line_error(run({COHORT_BIN, "run", "--warm-spares", ENV_PROBE_BIN}, 10), "--warm-spares");
 }
 
+// Every numeric option is range-checked (issue 22): no negative counts, no NaN, no infinity.
+TEST(LauncherCli, NumbersOutOfRangeAreOneLineErrors) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases{
+      {{"--nproc-per-node", "-1"}, "--nproc-per-node"},
+      {{"--nproc-per-node", "0"}, "--nproc-per-node"},
+      {{"--nproc-per-node", "100000"}, "--nproc-per-node"},
+      {{"--threads-per-proc", "100000"}, "--threads-per-proc"},
+      {{"--threads-per-proc", "-1"}, "--threads-per-proc"},
+      {{"--rdzv-timeout", "inf"}, "--rdzv-timeout"},
+      {{"--rdzv-timeout", "nan"}, "--rdzv-timeout"},
+      {{"--rdzv-timeout", "0"}, "--rdzv-timeout"},
+      {{"--stop-timeout", "nan"}, "--stop-timeout"},
+      {{"--hang-timeout", "inf"}, "--hang-timeout"},
+      {{"--hang-timeout", "-2"}, "--hang-timeout"},
+      {{"--stall-timeout", "nan"}, "--stall-timeout"},
+      {{"--straggler-factor", "nan"}, "--straggler-factor"},
+      {{"--straggler-factor", "inf"}, "--straggler-factor"},
+      {{"--tail-lines", "-5"}, "--tail-lines"},
+      {{"--max-restarts", "99999999"}, "--max-restarts"},
+  };
+  for (const auto& [flags, needle] : cases) {
+    std::vector<std::string> cmd{COHORT_BIN, "run"};
+    cmd.insert(cmd.end(), flags.begin(), flags.end());
+    cmd.push_back(ENV_PROBE_BIN);
+    SCOPED_TRACE(flags[0] + " " + flags[1]);
+    expect_one_line_error(run(cmd, 10), needle);
+  }
+}
+
 TEST(LauncherCli, NodeRankOutOfRange) {
   expect_one_line_error(run({COHORT_BIN, "run", "--nnodes", "2", "--node-rank", "2", ENV_PROBE_BIN}, 10),
                         "--node-rank 2");

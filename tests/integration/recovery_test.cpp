@@ -139,6 +139,48 @@ TEST(Recovery, FiveSigkillsStillGiveTheUninterruptedRunsParametersBitwise) {
   fs::remove_all(dir);
 }
 
+// What a rank's result line says about the training, without its timings: steps, loss, accuracy
+// and the checksums, one line per rank.
+std::string results_without_timings(const std::string& output) {
+  std::string out;
+  std::regex steps("\"steps\":(\\d+)"), loss("\"final_loss\":([^,]+)"), accuracy("\"test_accuracy\":([^,]+)");
+  for (const auto& line : cohort::testing::lines(output)) {
+    if (line.find("\"param_checksum\"") == std::string::npos) continue;
+    std::smatch a, b, c;
+    if (!std::regex_search(line, a, steps) || !std::regex_search(line, b, loss) || !std::regex_search(line, c, accuracy))
+      continue;
+    out += a[1].str() + " " + b[1].str() + " " + c[1].str() + " " + final_state(line) + "\n";
+  }
+  return out;
+}
+
+// A failure after the last checkpoint — during the final evaluation, or after the final save —
+// restarts the job at its end (issue 22): it trains no step more than --max-steps and reports
+// the uninterrupted run's loss, accuracy and state, whether that last save was a periodic one
+// (20, every 10) or the end-of-job save (25).
+TEST(Recovery, ResumingAtTheLastCheckpointGivesTheUninterruptedRunsResult) {
+  if (!have_dataset()) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  const fs::path dir = fs::temp_directory_path() / ("cohort_resume_end_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  for (const char* max_steps : {"20", "25"}) {
+    SCOPED_TRACE(std::string("--max-steps ") + max_steps);
+    const std::string ckpt = (dir / max_steps).string();
+    const std::string job = kCohort + " run --nproc-per-node 2 --threads-per-proc 1 -- " + kExample +
+                            " --model mlp --threads 1 --log-every 0 --ckpt-every 10 --ckpt-dir " + ckpt +
+                            " --max-steps " + max_steps;
+    const auto first = run_shell(job);
+    ASSERT_EQ(first.exit_code, 0) << first.output;
+    const std::string expected = results_without_timings(first.output);
+    ASSERT_EQ(count(expected, "\n"), 2u) << first.output;
+    EXPECT_EQ(expected.substr(0, expected.find(' ')), max_steps) << expected;
+    const auto again = run_shell(job);  // as a restart after a failure at the very end would
+    ASSERT_EQ(again.exit_code, 0) << again.output;
+    EXPECT_TRUE(contains(again.output, "resumed from " + ckpt + "/step-000000" + max_steps)) << again.output;
+    EXPECT_EQ(results_without_timings(again.output), expected) << again.output;
+  }
+  fs::remove_all(dir);
+}
+
 // A process's environment variable as it was started (empty when unset or the process is gone).
 std::string started_with(pid_t pid, const std::string& name) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/environ");

@@ -10,8 +10,10 @@
 
 #include <chrono>
 #include <cstdio>
+#include <sstream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace cohort::testing {
 
@@ -52,6 +54,14 @@ inline int free_port() {
 
 inline bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
+}
+
+/// The lines of `text`, without their line ends.
+inline std::vector<std::string> lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
 }
 
 }  // namespace cohort::testing

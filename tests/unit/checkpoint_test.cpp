@@ -5,8 +5,11 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <sys/stat.h>  // mkfifo
+
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "checkpoint/checkpoint_dir.h"
@@ -175,6 +178,14 @@ void flip_byte(const fs::path& file, std::streamoff from_end) {
   f.put(static_cast<char>(c ^ 0x10));
 }
 
+// Rewrites the checkpoint's manifest.json through `edit` (the hostile cases of issue 22).
+void edit_manifest(const fs::path& checkpoint, const std::function<void(nlohmann::json&)>& edit) {
+  nlohmann::json m;
+  std::ifstream(checkpoint / "manifest.json") >> m;
+  edit(m);
+  std::ofstream(checkpoint / "manifest.json", std::ios::trunc) << m.dump();
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Damages, CheckpointCorruption,
     ::testing::Values(
@@ -189,7 +200,46 @@ INSTANTIATE_TEST_SUITE_P(
                "model.safetensors: missing"},
         Damage{"manifest_not_json", [](const fs::path& p) { std::ofstream(p / "manifest.json") << "{\"step\": 2, "; },
                "manifest.json is not JSON"},
-        Damage{"no_manifest", [](const fs::path& p) { fs::remove(p / "manifest.json"); }, "no manifest.json"}),
+        Damage{"no_manifest", [](const fs::path& p) { fs::remove(p / "manifest.json"); }, "no manifest.json"},
+        // Issue 22: a manifest that lies, files that are not files, states that do not load.
+        Damage{"no_files", [](const fs::path& p) { edit_manifest(p, [](auto& m) { m["files"] = nlohmann::json::array(); }); },
+               "lists 0 model files"},
+        Damage{"no_model_entry", [](const fs::path& p) { edit_manifest(p, [](auto& m) { m["files"].erase(0); }); },
+               "model files"},
+        Damage{"step_1e300", [](const fs::path& p) { edit_manifest(p, [](auto& m) { m["step"] = 1e300; }); },
+               "\"step\""},
+        Damage{"manifest_fifo",
+               [](const fs::path& p) {
+                 fs::remove(p / "manifest.json");
+                 ASSERT_EQ(mkfifo((p / "manifest.json").c_str(), 0600), 0);
+               },
+               "regular files only"},
+        Damage{"manifest_dev_zero",
+               [](const fs::path& p) {
+                 fs::remove(p / "manifest.json");
+                 fs::create_symlink("/dev/zero", p / "manifest.json");
+               },
+               "regular files only"},
+        Damage{"model_symlink_out",  // the same bytes, outside the directory: still refused
+               [](const fs::path& p) {
+                 fs::rename(p / "model.safetensors", p.parent_path() / "elsewhere.safetensors");
+                 fs::create_symlink(p.parent_path() / "elsewhere.safetensors", p / "model.safetensors");
+               },
+               "model.safetensors: not a regular file"},
+        Damage{"rng_not_hex", [](const fs::path& p) { edit_manifest(p, [](auto& m) { m["rng"][0]["cpu"] = "zz"; }); },
+               "RNG state of rank 0 that is not hex"},
+        Damage{"rng_wrong_size",  // parses; only restore, which knows the generator, refuses it
+               [](const fs::path& p) { edit_manifest(p, [](auto& m) { m["rng"][0]["cpu"] = "00ff"; }); }, ""},
+        Damage{"sampler_wrong_kinds",  // also only restore (the sampler's own parser) refuses it
+               [](const fs::path& p) {
+                 edit_manifest(p, [](auto& m) {
+                   m["sampler"] = {{"epoch", "x"}, {"consumed", 0}, {"dataset_size", 1}, {"seed", 1}, {"shuffle", true}};
+                 });
+               },
+               ""},
+        Damage{"optimizer_description_wrong_kinds",
+               [](const fs::path& p) { edit_manifest(p, [](auto& m) { m["optimizer"]["groups"][0]["lr"] = "fast"; }); },
+               "optimizer group"}),
     [](const auto& info) { return info.param.name; });
 
 // --- a different world size: save at 4 ranks mid-epoch, restore at 2, the epoch covered once ---

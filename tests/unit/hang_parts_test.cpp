@@ -257,6 +257,38 @@ TEST(HangWorkerLink, ReceivesHeartbeatsAndReachesTheWorkerBack) {
   std::filesystem::remove_all(dir);
 }
 
+// Hostile datagrams (issue 22): wrong kinds and a pid that is not the sender's are dropped, and
+// the agent goes on; a well-formed one from the same socket still arrives.
+TEST(HangWorkerLink, DropsMistypedAndSpoofedDatagrams) {
+  WorkerLink agent;
+  const int sender = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(sender, 0);
+  sockaddr_un to{};
+  to.sun_family = AF_UNIX;
+  std::strcpy(to.sun_path, agent.socket_path().c_str());
+  const std::string me = std::to_string(getpid());
+  const std::string other = std::to_string(getpid() == 1 ? 2 : 1);  // init: alive, never a worker
+  for (const std::string& d :
+       {std::string(R"({"type":"heartbeat","pid":)") + me + R"(,"step":"x"})",
+        std::string(R"({"type":7,"pid":)") + me + "}", std::string(R"({"type":"heartbeat","pid":"x"})"),
+        std::string(R"({"type":"heartbeat","pid":)") + me + R"(,"rank":1e300})",
+        std::string(R"({"type":"event","pid":)") + other + R"(,"kind":"spoofed"})", std::string("[1,2]"),
+        std::string("\xff\xfe"), std::string(R"({"type":"heartbeat","pid":)") + me + R"(,"step":42})"}) {
+    ASSERT_EQ(sendto(sender, d.data(), d.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof(to)),
+              static_cast<ssize_t>(d.size()));
+  }
+  std::vector<WorkerMessage> got;
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (got.empty() && std::chrono::steady_clock::now() < deadline) {
+    got = agent.receive();
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_EQ(got.size(), 1u);  // only the last, well-formed heartbeat
+  EXPECT_EQ(got[0].pid, getpid());
+  EXPECT_EQ(got[0].heartbeat.step, 42);
+  close(sender);
+}
+
 TEST(HangWorkerLink, RemovesTheRunDirectoriesOfAgentsThatDiedButNotOfLiveOnes) {
   const std::string base = temp_dir();
   const char* old_xdg = std::getenv("XDG_RUNTIME_DIR");

@@ -1,0 +1,81 @@
+// What the agents accept from a socket (issue 22): every message of the protocol passes the kind
+// check; a wrong type, an unknown "type" or an out-of-range number is named and dropped, and the
+// channel that carried it stops instead of throwing into the agent.
+#include <gtest/gtest.h>
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "launcher/channel.h"
+#include "launcher/message_check.h"
+#include "launcher/peer_protocol.h"
+
+using namespace cohort::launcher;
+using json = nlohmann::json;
+
+TEST(LauncherMessages, TheProtocolsOwnMessagesPass) {
+  RoundFailure f;
+  f.round = 2;
+  f.rank = 3;
+  f.pid = 123456;
+  f.how = "exited with 1";
+  f.time_ms = 1700000000000;
+  f.summary = "rank 3 failed";
+  const std::vector<json> messages{
+      {{"type", "join"}, {"node_rank", 1}, {"nnodes", 2}, {"nproc", 4}},
+      {{"type", "join"}, {"rdzv_id", "job"}, {"min", 1}, {"max", 3}, {"nproc", 2}, {"pid", 99}},
+      {{"type", "reject"}, {"reason", "no"}, {"timeout", false}},
+      {{"type", "wait"}, {"note", "n"}},
+      {{"type", "start"}, {"round", 1}, {"restarts", 1}, {"world_size", 4}, {"rank_base", 2}, {"node_rank", 1},
+       {"nnodes", 2}, {"master_addr", "127.0.0.1"}, {"master_port", 29500}, {"notice", ""},
+       {"failure", failure_to_json(f)}},
+      {{"type", "done"}, {"round", 0}},
+      {{"type", "fail"}, {"round", 0}, {"summary", "s"}, {"failure", failure_to_json(f)}},
+      {{"type", "abort"}, {"round", 0}, {"summary", "s"}},
+      {{"type", "stop"}, {"round", 0}, {"restart", true}, {"summary", "s"}},
+      {{"type", "end"}, {"round", 0}, {"summary", "s"}},
+      {{"type", "finish"}, {"round", 0}},
+      {{"type", "stopped"}, {"round", 0}},
+      {{"type", "beat"}},
+      {{"type", "monitor"}, {"node", 1}, {"m", {{"type", "metrics"}, {"step", "anything: the hub checks"}}}},
+  };
+  for (const auto& m : messages) EXPECT_EQ(agent_message_problem(m), "") << m.dump();
+  EXPECT_EQ(failure_from(messages[6])->pid, 123456);
+}
+
+TEST(LauncherMessages, WrongKindsAreNamed) {
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {R"({"type":1})", "no \"type\" string"},
+      {R"({"type":7})", "no \"type\" string"},
+      {R"({"round":1})", "no \"type\" string"},
+      {R"([1,2])", "not a JSON object"},
+      {R"({"type":"gimme"})", "unknown type \"gimme\""},
+      {R"({"type":"join","nnodes":"2"})", "\"join\": \"nnodes\" is \"2\", not an integer"},
+      {R"({"type":"join","nproc":1e300})", "\"nproc\" is 1e+300, not an integer"},
+      {R"({"type":"join","nproc":4294967296})", "\"nproc\" is 4294967296, not an integer"},
+      {R"({"type":"join","min":-2147483649})", "\"min\""},
+      {R"({"type":"start","master_port":1.5})", "\"master_port\""},
+      {R"({"type":"reject","timeout":"yes"})", "\"timeout\" is \"yes\", not true or false"},
+      {R"({"type":"stop","failure":[]})", "\"failure\" is [], not an object"},
+      {R"({"type":"fail","failure":{"pid":"x"}})", "failure \"pid\" is \"x\""},
+      {R"({"type":"fail","failure":{"time_ms":18446744073709551615}})", "failure \"time_ms\""},
+      {R"({"type":"monitor","m":"x"})", "\"m\" is \"x\", not an object"},
+  };
+  for (const auto& [text, needle] : cases) {
+    const std::string problem = agent_message_problem(json::parse(text));
+    EXPECT_NE(problem.find(needle), std::string::npos) << text << " gave: " << problem;
+  }
+}
+
+TEST(LauncherMessages, ChannelStopsAtTheFirstMessageThatIsNotOne) {
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  Channel reader(sv[0]);
+  const std::string lines = "{\"type\":\"beat\"}\n{\"type\":\"done\",\"round\":\"x\"}\n{\"type\":\"beat\"}\n";
+  ASSERT_EQ(write(sv[1], lines.data(), lines.size()), static_cast<ssize_t>(lines.size()));
+  std::vector<json> got;
+  EXPECT_FALSE(reader.receive(got));  // the sender is not an agent: the channel is done
+  ASSERT_EQ(got.size(), 1u);          // what came before still counts, nothing after
+  EXPECT_EQ(got[0]["type"], "beat");
+  close(sv[1]);
+}
