@@ -11,6 +11,9 @@
 //   5. none of them      a world of one.
 // The store address comes from COHORT_MASTER_* or else MASTER_ADDR / MASTER_PORT whichever family
 // gave the rank (mpirun and srun users export MASTER_ADDR themselves); default 127.0.0.1:29500.
+// COHORT_STORE_FILE names a file for a c10d FileStore instead, for ranks that share one machine:
+// `cohort run` sets it for a one-node job (in its private 0700 run directory), so that such a job
+// opens no TCP port at all (docs/security.md).
 #pragma once
 
 #include <functional>
@@ -29,6 +32,7 @@ struct JobEnv {
   std::string master_addr = "127.0.0.1";  ///< the store's host (rank 0 hosts the store)
   int master_port = 29500;      ///< the store's TCP port
   int restart_count = 0;        ///< COHORT_RESTART_COUNT or TORCHELASTIC_RESTART_COUNT
+  std::string store_file;       ///< COHORT_STORE_FILE: the ranks meet in a FileStore there (empty: TCPStore)
   std::string source = "none";  ///< "cohort", "torchrun", "openmpi", "slurm" or "none"
 };
 

@@ -50,7 +50,16 @@ std::string interrupt_summary(const RunOptions& o, int sig) {
          signal_name(sig) + "\n";
 }
 
-std::vector<WorkerPlace> local_places(const RunOptions& o, const Assignment& a) {
+// A static job on one machine meets in a store file in the agent's private (0700) run directory,
+// a new one each round: no TCP port is opened, and no one else can read or set the job's keys
+// (docs/security.md). Jobs of several nodes, and elastic ones (a node may join later), keep the
+// TCPStore on the master address.
+std::string store_file(const RunOptions& o, const Assignment& a, const Watch& watch) {
+  if (!watch.link || o.nnodes != 1 || !o.rdzv_endpoint.empty()) return "";
+  return watch.link->dir() + "/store-" + std::to_string(a.round);
+}
+
+std::vector<WorkerPlace> local_places(const RunOptions& o, const Assignment& a, const Watch& watch) {
   std::vector<WorkerPlace> places;
   for (int local = 0; local < o.nproc_per_node; ++local) {
     WorkerPlace p;
@@ -69,6 +78,7 @@ std::vector<WorkerPlace> local_places(const RunOptions& o, const Assignment& a) 
     p.job.restart_count = a.round;
     p.max_restarts = o.max_restarts;
     p.threads = o.threads_per_proc;
+    p.job.store_file = store_file(o, a, watch);
     places.push_back(p);
   }
   return places;
@@ -168,7 +178,7 @@ int run_rounds(RunOptions& o, RendezvousResult& rdzv, SignalPipe& signals, JobMo
     // 1. Start this node's workers for the round: the warm spares when they were started for
     //    exactly these places (standby.h), else new processes.
     WorkerGroup group;
-    const std::vector<WorkerPlace> places = local_places(o, assignment);
+    const std::vector<WorkerPlace> places = local_places(o, assignment, watch);
     bool warm_start = false;
     try {
       // Reading the link learns the spares' addresses; what else is queued is the last round's.
@@ -204,7 +214,7 @@ int run_rounds(RunOptions& o, RendezvousResult& rdzv, SignalPipe& signals, JobMo
         Assignment next = assignment;
         next.round += 1;
         try {
-          standby.start(local_places(o, next), o.command, worker_env);
+          standby.start(local_places(o, next, watch), o.command, worker_env);
         } catch (const std::exception& e) {  // the restart will start new processes instead
           std::cerr << "cohort run: warning: could not start warm spares: " << e.what() << std::endl;
           standby.discard();

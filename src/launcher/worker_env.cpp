@@ -11,7 +11,7 @@ namespace cohort::launcher {
 std::vector<std::string> worker_variables(const WorkerPlace& p) {
   auto var = [](const char* name, const std::string& value) { return std::string(name) + "=" + value; };
   auto num = [&](const char* name, int value) { return var(name, std::to_string(value)); };
-  return {
+  std::vector<std::string> vars{
       // cohort's own (highest precedence in cohort::init)
       num("COHORT_RANK", p.job.rank),
       num("COHORT_WORLD_SIZE", p.job.world_size),
@@ -41,6 +41,8 @@ std::vector<std::string> worker_variables(const WorkerPlace& p) {
       num("OMP_NUM_THREADS", p.threads),
       num("OPENBLAS_NUM_THREADS", p.threads),
   };
+  if (!p.job.store_file.empty()) vars.push_back(var("COHORT_STORE_FILE", p.job.store_file));
+  return vars;
 }
 
 std::vector<std::string> merge_environment(const std::vector<std::string>& base,

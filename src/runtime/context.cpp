@@ -1,6 +1,7 @@
 // cohort::init(): environment → store → process groups. See cohort/context.h.
 #include "cohort/context.h"
 
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -14,7 +15,12 @@
 #include <torch/cuda.h>
 #include <torch/version.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <cstdlib>
 #include <optional>
 #include <vector>
@@ -45,7 +51,7 @@ void apply_env_overrides(InitOptions& options, int rank) {
     if (!v) return std::nullopt;
     try {
       const double x = std::stod(*v);
-      if (x > 0) return x;
+      if (std::isfinite(x) && x > 0 && x <= 1e7) return x;  // inf or 1e300 would overflow a deadline
     } catch (const std::exception&) {
     }
     throw ConfigError(rank, std::string(var) + "='" + *v + "' is not a positive number" + what);
@@ -60,11 +66,17 @@ void apply_env_overrides(InitOptions& options, int rank) {
   if (auto v = process_env("COHORT_RETAIN_FREED_MEMORY")) options.retain_freed_memory = *v != "0";
   if (auto mb = positive("COHORT_SHM_SLOT_MB", "")) options.shm_slot_bytes = static_cast<size_t>(*mb * (1 << 20));
   if (auto v = process_env("COHORT_THREADS")) {
+    int threads = 0;
     try {
-      options.threads = std::stoi(*v);
+      size_t used = 0;
+      threads = std::stoi(*v, &used);
+      if (used != v->size()) threads = 0;
     } catch (const std::exception&) {
-      throw ConfigError(rank, "COHORT_THREADS='" + *v + "' is not a number");
     }
+    if (threads < 1 || threads > 1024) {
+      throw ConfigError(rank, "COHORT_THREADS='" + *v + "' is not a number of threads (1..1024)");
+    }
+    options.threads = threads;
   }
 }
 
@@ -115,8 +127,30 @@ std::optional<std::string> libtorch_mismatch(c10d::Store& store, const JobEnv& e
   return std::nullopt;
 }
 
-c10::intrusive_ptr<c10d::Store> connect_store(const JobEnv& env, const InitOptions& options) {
-  if (env.world_size == 1) return c10::make_intrusive<c10d::HashStore>();
+// The ranks of one machine meet in a file (COHORT_STORE_FILE): nothing listens, and only who may
+// open the file (cohort run's 0700 run directory) can read or change the job's keys.
+c10::intrusive_ptr<c10d::Store> open_file_store(const JobEnv& env, const InitOptions& options) {
+  // Opened here first: c10d's FileStore only fails at its first operation, and its destructor
+  // then throws again (std::terminate).
+  const int fd = ::open(env.store_file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    const int err = errno;
+    throw ConfigError(env.rank, "could not open the store file " + env.store_file + " (COHORT_STORE_FILE): " +
+                                    std::strerror(err));
+  }
+  ::close(fd);
+  try {
+    auto store = c10::make_intrusive<c10d::FileStore>(env.store_file, env.world_size);
+    store->setTimeout(options.store_timeout);
+    return store;
+  } catch (const std::exception& e) {
+    std::string cause = e.what();
+    throw ConfigError(env.rank, "could not open the store file " + env.store_file + " (COHORT_STORE_FILE): " +
+                                    cause.substr(0, cause.find('\n')));
+  }
+}
+
+c10::intrusive_ptr<c10d::Store> open_tcp_store(const JobEnv& env, const InitOptions& options) {
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<std::uint16_t>(env.master_port);
   opts.isServer = env.rank == 0;
@@ -124,6 +158,10 @@ c10::intrusive_ptr<c10d::Store> connect_store(const JobEnv& env, const InitOptio
   opts.waitWorkers = false;  // we wait ourselves below, with a timeout and a count for the message
   opts.timeout = options.store_timeout;
   const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
+  // c10d's client would retry an unknown name until the store timeout, printing a line per try.
+  if (const std::string problem = detail::resolve_problem(env.master_addr); !problem.empty()) {
+    throw ConfigError(env.rank, "MASTER_ADDR '" + env.master_addr + "' does not resolve (" + problem + ")");
+  }
   c10::intrusive_ptr<c10d::Store> store;
   if (env.rank != 0) {
     // Whether or not this succeeds, TCPStore below reports the failure with its own cause.
@@ -143,6 +181,14 @@ c10::intrusive_ptr<c10d::Store> connect_store(const JobEnv& env, const InitOptio
                                      "; is rank 0 running, MASTER_ADDR/MASTER_PORT right, and every rank's program built against the "
                                      "same libtorch (the stores of libtorch 1.x and 2.x do not talk)? (" + cause + ")");
   }
+  return store;
+}
+
+c10::intrusive_ptr<c10d::Store> connect_store(const JobEnv& env, const InitOptions& options) {
+  if (env.world_size == 1) return c10::make_intrusive<c10d::HashStore>();
+  auto store = env.store_file.empty() ? open_tcp_store(env, options) : open_file_store(env, options);
+  const std::string where = env.store_file.empty() ? env.master_addr + ":" + std::to_string(env.master_port)
+                                                   : env.store_file;
   // Every rank records its libtorch before counting itself in, so that after the wait below each
   // rank can compare all of them (libtorch_mismatch) and every rank fails with the same message.
   store->set(libtorch_key(env.rank), c10d_bytes(libtorch_build()));
@@ -157,7 +203,8 @@ c10::intrusive_ptr<c10d::Store> connect_store(const JobEnv& env, const InitOptio
       throw TimeoutError(env.rank, "only " + std::to_string(joined) + " of the " + std::to_string(env.world_size) +
                                        " ranks reached the store at " + where + " within " +
                                        seconds_text(options.store_timeout) +
-                                       "; were all ranks started, with the same MASTER_ADDR/MASTER_PORT?");
+                                       (env.store_file.empty() ? "; were all ranks started, with the same MASTER_ADDR/MASTER_PORT?"
+                                                               : "; were all ranks started, with the same COHORT_STORE_FILE?"));
     }
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::milliseconds(50));
@@ -172,7 +219,8 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const JobEnv& env) {
   for (const char* var : {"COHORT_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"}) {
     if (auto ifname = process_env(var)) return c10d::ProcessGroupGloo::createDeviceForInterface(*ifname);
   }
-  if (env.world_size == 1 || detail::is_loopback(env.master_addr)) {
+  // A store file means ranks that share a machine: their pairs connect over loopback too.
+  if (env.world_size == 1 || !env.store_file.empty() || detail::is_loopback(env.master_addr)) {
     return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
   }
   // The address that routes to the store's host is the one peers can reach us on; this works
@@ -300,7 +348,8 @@ std::shared_ptr<Context> init(InitOptions options) {
   if (options.retain_freed_memory) retain_freed_memory();
   if (env.local_rank == 0) report_openblas_core();
   detail::log_info("joining a job of " + std::to_string(env.world_size) + " (from " + env.source +
-                   " variables), store " + env.master_addr + ":" + std::to_string(env.master_port));
+                   " variables), store " +
+                   (env.store_file.empty() ? env.master_addr + ":" + std::to_string(env.master_port) : env.store_file));
   // Heartbeats to `cohort run`'s agent from now on (nothing starts without COHORT_AGENT_SOCKET).
   detail::start_agent_link(env);
   wait_if_standby(env);

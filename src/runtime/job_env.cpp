@@ -100,6 +100,12 @@ JobEnv resolve_job_env(const EnvLookup& lookup) {
       throw ConfigError(env.rank, std::string(port_var) + "=" + *port + " is not a TCP port");
     }
   }
+  if (auto file = get("COHORT_STORE_FILE")) {
+    if (file->empty() || file->front() != '/') {
+      throw ConfigError(env.rank, "COHORT_STORE_FILE='" + *file + "' is not an absolute path");
+    }
+    env.store_file = *file;
+  }
   if (auto node = get("COHORT_NODE_RANK")) env.node_rank = parse_int("COHORT_NODE_RANK", *node, 0);
   if (auto r = get("COHORT_RESTART_COUNT")) {
     env.restart_count = parse_int("COHORT_RESTART_COUNT", *r, 0);

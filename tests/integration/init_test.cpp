@@ -8,6 +8,8 @@
 #include <regex>
 #include <sstream>
 
+#include <unistd.h>
+
 #include "support/subprocess.h"
 
 namespace {
@@ -17,6 +19,7 @@ using cohort::testing::free_port;
 using cohort::testing::run_shell;
 
 const std::string kProbe = COHORT_INIT_PROBE;
+const std::string kCohort = COHORT_CLI;
 
 // Starts `world` probes in the background with the variables `vars(rank)` and waits for all.
 cohort::testing::Run run_job(int world, const std::function<std::string(int)>& vars) {
@@ -188,6 +191,67 @@ TEST(Init, PortInUseIsNamed) {
                      std::to_string(port) + " COHORT_STORE_TIMEOUT_S=2 timeout 60 " + kProbe + "; echo exit=$?; kill $holder");
   EXPECT_TRUE(contains(r.output, "exit=2")) << r.output;
   EXPECT_TRUE(contains(r.output, "rank 0: could not host the store on port " + std::to_string(port))) << r.output;
+}
+
+// Ranks on one machine can meet in a store file (COHORT_STORE_FILE) instead of the TCPStore: they
+// join and reduce as before, and listen on no TCP port but loopback (Gloo's pairs).
+TEST(Init, StoreFileJoinsProcessesWithoutOpeningAPort) {
+  char dir[] = "/tmp/cohort_store_file_XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string file = std::string(dir) + "/store";
+  auto r = run_job(2, [&](int rank) {
+    return "INIT_PROBE_LISTENERS=1 COHORT_RANK=" + std::to_string(rank) + " COHORT_WORLD_SIZE=2 COHORT_STORE_FILE=" + file;
+  });
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string R = "rank " + std::to_string(rank);
+    EXPECT_TRUE(contains(r.output, R + " world 2 local " + std::to_string(rank) + " source cohort sum 2")) << r.output;
+    EXPECT_TRUE(contains(r.output, R + " store " + file)) << r.output;
+  }
+  std::smatch m;
+  const std::regex wide(R"(listens on.* (?!127\.)[0-9a-f.:\[\]]+:\d+)");
+  EXPECT_FALSE(std::regex_search(r.output, m, wide)) << "a port beyond loopback: " << r.output;
+  EXPECT_FALSE(std::ifstream(file).good()) << "the last rank to leave removes the store file";
+  std::system(("rm -rf " + std::string(dir)).c_str());
+}
+
+// What `cohort run` does for a job on one machine (issue 22: the TCPStore listened on every
+// interface, open to any process): its ranks meet in a store file in the agent's 0700 run
+// directory, and nothing listens beyond loopback, on the master port least of all.
+TEST(Init, AOneMachineJobUnderCohortRunOpensNoPortBeyondLoopback) {
+  const int port = free_port();
+  auto r = run_shell("INIT_PROBE_LISTENERS=1 timeout 120 " + kCohort + " run --nproc-per-node 2 --master-port " +
+                     std::to_string(port) + " -- " + kProbe);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  const std::regex store(R"(rank (\d) store (/\S+)/store-0 in a directory of mode 700)");
+  int stores = 0;
+  for (std::sregex_iterator it(r.output.begin(), r.output.end(), store), end; it != end; ++it) ++stores;
+  EXPECT_EQ(stores, 2) << r.output;
+  std::smatch m;
+  const std::regex wide(R"(listens on.* (?!127\.)[0-9a-f.:\[\]]+:\d+)");
+  EXPECT_FALSE(std::regex_search(r.output, m, wide)) << "a port beyond loopback: " << r.output;
+  EXPECT_FALSE(contains(r.output, ":" + std::to_string(port) + " ")) << r.output;
+  EXPECT_FALSE(contains(r.output, ":" + std::to_string(port) + "\n")) << r.output;
+}
+
+TEST(Init, StoreFileInAMissingDirectoryIsAOneLineError) {
+  auto r = run_shell("env -i COHORT_RANK=0 COHORT_WORLD_SIZE=2 COHORT_STORE_FILE=/nonexistent/dir/store " + kProbe);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "rank 0: could not open the store file /nonexistent/dir/store (COHORT_STORE_FILE)"))
+      << r.output;
+}
+
+// An address that does not resolve is one line at once (c10d's client would retry until the store
+// timeout, printing a line per try). In a network namespace of its own (no route anywhere), so
+// that the name lookup sends nothing off this machine.
+TEST(Init, UnresolvableMasterAddressIsOneLine) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root for a network namespace (unshare -n)";
+  auto r = run_shell("unshare -n env -i RANK=1 WORLD_SIZE=2 MASTER_ADDR=no-such-host.invalid MASTER_PORT=29999 "
+                     "COHORT_STORE_TIMEOUT_S=20 timeout 60 " + kProbe);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "rank 1: MASTER_ADDR 'no-such-host.invalid' does not resolve")) << r.output;
+  EXPECT_LT(r.seconds, 20) << "within the store timeout";
 }
 
 TEST(Init, BadTimeoutValueIsNamed) {

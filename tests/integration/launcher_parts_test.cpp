@@ -95,6 +95,7 @@ TEST(LauncherParts, WorkerVariablesResolveBackToTheSamePlace) {
   p.job.master_addr = "node0.example";
   p.job.master_port = 4321;
   p.job.restart_count = 1;
+  p.job.store_file = "/tmp/cohort-1-abc/store-1";
   p.nnodes = 3;
   const auto vars = worker_variables(p);
   auto lookup = [&](const std::string& name) -> std::optional<std::string> {
@@ -113,6 +114,7 @@ TEST(LauncherParts, WorkerVariablesResolveBackToTheSamePlace) {
   EXPECT_EQ(back.master_addr, p.job.master_addr);
   EXPECT_EQ(back.master_port, p.job.master_port);
   EXPECT_EQ(back.restart_count, p.job.restart_count);
+  EXPECT_EQ(back.store_file, p.job.store_file);
 }
 
 TEST(LauncherParts, ExitDescriptions) {

@@ -99,6 +99,14 @@ TEST(JobEnv, InvalidValuesAreNamed) {
   EXPECT_NE(error_of({{"RANK", "0"}, {"WORLD_SIZE", "0"}}).find("WORLD_SIZE='0'"), std::string::npos);
   EXPECT_NE(error_of({{"MASTER_PORT", "70000"}}).find("MASTER_PORT=70000 is not a TCP port"), std::string::npos);
   EXPECT_NE(error_of({{"MASTER_ADDR", ""}}).find("MASTER_ADDR is set but empty"), std::string::npos);
+  EXPECT_NE(error_of({{"COHORT_STORE_FILE", "store"}}).find("COHORT_STORE_FILE='store' is not an absolute path"),
+            std::string::npos);
+}
+
+TEST(JobEnv, StoreFile) {
+  EXPECT_EQ(cohort::resolve_job_env(env({})).store_file, "");  // the TCPStore
+  const auto e = cohort::resolve_job_env(env({{"COHORT_RANK", "1"}, {"COHORT_WORLD_SIZE", "2"}, {"COHORT_STORE_FILE", "/run/job/store-0"}}));
+  EXPECT_EQ(e.store_file, "/run/job/store-0");
 }
 
 }  // namespace
