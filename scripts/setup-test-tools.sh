@@ -12,6 +12,7 @@ packages=(
   python3-venv  # the venv that holds playwright (scripts/make-venv.sh)
   doxygen       # the API reference of the public headers, undocumented names fail (scripts/api-docs.sh)
   dpkg-dev      # dpkg-shlibdeps: the .deb's library dependencies (cpack, scripts/check-downstream.sh)
+  clang-14 libfuzzer-14-dev  # libFuzzer with ASan/UBSan: the parsers' fuzz harnesses (fuzz/, bench/fuzz.sh)
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -118,8 +118,43 @@ WorkerLink::~WorkerLink() {
   if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 
-std::vector<WorkerMessage> WorkerLink::receive() {
+std::optional<WorkerMessage> parse_worker_datagram(const char* data, size_t n, pid_t sender_pid, std::string* problem) {
   using K = FieldKind;
+  auto j = nlohmann::json::parse(data, data + n, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("pid")) {
+    *problem = "not a JSON object with a pid";
+    return std::nullopt;
+  }
+  *problem = field_problem(j, {{"type", K::string}, {"pid", K::int64}, {"rank", K::integer}, {"step", K::int64},
+                               {"reports", K::int64}, {"ddp_iterations", K::int64}, {"collectives", K::int64},
+                               {"waiting_in", K::string}, {"waiting_us", K::int64}, {"path", K::string}});
+  if (problem->empty() && j["pid"].get<int64_t>() != sender_pid) {
+    *problem = "pid " + j["pid"].dump() + " sent by process " + std::to_string(sender_pid);
+  }
+  if (!problem->empty()) return std::nullopt;
+  WorkerMessage m;
+  m.type = j.value("type", "");
+  m.pid = j["pid"].get<int64_t>();
+  m.rank = j.value("rank", -1);
+  if (m.type == "heartbeat") {
+    Heartbeat& h = m.heartbeat;
+    h.step = j.value("step", int64_t{0});
+    h.reports = j.value("reports", int64_t{0});
+    h.ddp_iterations = j.value("ddp_iterations", int64_t{0});
+    h.collectives = j.value("collectives", int64_t{0});
+    if (j.contains("waiting_in")) {
+      h.waiting_in = j["waiting_in"].get<std::string>();
+      h.waiting_s = static_cast<double>(j.value("waiting_us", int64_t{0})) / 1e6;
+    }
+  } else if (m.type == "dumped") {
+    m.path = j.value("path", "");
+  } else if (m.type == "metrics" || m.type == "event") {
+    m.body = std::move(j);
+  }
+  return m;
+}
+
+std::vector<WorkerMessage> WorkerLink::receive() {
   std::vector<WorkerMessage> out;
   char buf[65536];
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(ucred))];
@@ -146,41 +181,13 @@ std::vector<WorkerMessage> WorkerLink::receive() {
         sender_pid = cred.pid;
       }
     }
-    auto j = nlohmann::json::parse(buf, buf + n, nullptr, /*allow_exceptions=*/false);
     std::string problem;
-    if (!j.is_object() || !j.contains("pid")) {
-      problem = "not a JSON object with a pid";
-    } else {
-      problem = field_problem(j, {{"type", K::string}, {"pid", K::int64}, {"rank", K::integer}, {"step", K::int64},
-                                  {"reports", K::int64}, {"ddp_iterations", K::int64}, {"collectives", K::int64},
-                                  {"waiting_in", K::string}, {"waiting_us", K::int64}, {"path", K::string}});
-      if (problem.empty() && j["pid"].get<int64_t>() != sender_pid) {
-        problem = "pid " + j["pid"].dump() + " sent by process " + std::to_string(sender_pid);
-      }
-    }
-    if (!problem.empty()) {
+    std::optional<WorkerMessage> parsed = parse_worker_datagram(buf, static_cast<size_t>(n), sender_pid, &problem);
+    if (!parsed) {
       if (dropped_++ == 0) std::cerr << "cohort run: warning: dropped a worker-link datagram: " << problem << std::endl;
       continue;
     }
-    WorkerMessage m;
-    m.type = j.value("type", "");
-    m.pid = j["pid"].get<int64_t>();
-    m.rank = j.value("rank", -1);
-    if (m.type == "heartbeat") {
-      Heartbeat& h = m.heartbeat;
-      h.step = j.value("step", int64_t{0});
-      h.reports = j.value("reports", int64_t{0});
-      h.ddp_iterations = j.value("ddp_iterations", int64_t{0});
-      h.collectives = j.value("collectives", int64_t{0});
-      if (j.contains("waiting_in")) {
-        h.waiting_in = j["waiting_in"].get<std::string>();
-        h.waiting_s = static_cast<double>(j.value("waiting_us", int64_t{0})) / 1e6;
-      }
-    } else if (m.type == "dumped") {
-      m.path = j.value("path", "");
-    } else if (m.type == "metrics" || m.type == "event") {
-      m.body = std::move(j);
-    }
+    WorkerMessage& m = *parsed;
     const socklen_t from_len = msg.msg_namelen;
     const size_t path_len =
         from_len > offsetof(sockaddr_un, sun_path) ? from_len - offsetof(sockaddr_un, sun_path) : 0;

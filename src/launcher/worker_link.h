@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,11 @@ struct WorkerMessage {
   std::string path;     // type "dumped": the file written
   nlohmann::json body;  // types "metrics" and "event" (monitoring): the whole message, for the hub
 };
+
+/// One datagram as the agent reads it, from the process `sender_pid` (as the kernel reports it).
+/// Nothing (and *problem says why) for one that is not a JSON object with a pid, has a field of the
+/// wrong kind, or claims another pid than its sender's: such a datagram is dropped, never acted on.
+std::optional<WorkerMessage> parse_worker_datagram(const char* data, size_t n, pid_t sender_pid, std::string* problem);
 
 class WorkerLink {
  public:

@@ -60,6 +60,8 @@ TEST(LauncherMessages, WrongKindsAreNamed) {
       {R"({"type":"fail","failure":{"pid":"x"}})", "failure \"pid\" is \"x\""},
       {R"({"type":"fail","failure":{"time_ms":18446744073709551615}})", "failure \"time_ms\""},
       {R"({"type":"monitor","m":"x"})", "\"m\" is \"x\", not an object"},
+      // A field of another type's message is checked too (found by fuzz/fuzz_agent_message).
+      {R"({"type":"fail","round":0,"timeout":"rank 1d"})", "\"fail\": \"timeout\" is \"rank 1d\", not true or false"},
   };
   for (const auto& [text, needle] : cases) {
     const std::string problem = agent_message_problem(json::parse(text));

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Runs each fuzz harness of cohort's parsers (fuzz/: manifests, safetensors headers, agent
+# messages, worker datagrams, event logs) for SECONDS (default 30; CI runs 30), two at a time,
+# with AddressSanitizer and UBSan. Seeds come from fuzz/corpus/<harness>/; what the fuzzer finds
+# grows build-fuzz/corpus/<harness>/ (kept between runs), a crash lands in build-fuzz/crashes/ and
+# fails the script. Prints one line per harness: runs, seconds, coverage, and whether it crashed.
+#   bash bench/fuzz.sh [SECONDS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds="${1:-30}"
+case "$seconds" in ''|*[!0-9]*) echo "fuzz.sh: SECONDS must be a whole number, not '$seconds'" >&2; exit 2 ;; esac
+
+# clang-14 and libFuzzer from Debian (scripts/setup-test-tools.sh installs them too).
+missing=()
+for p in clang-14 libfuzzer-14-dev; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+COHORT_SETUP_NO_BUILD=1 bash scripts/setup.sh  # nlohmann-json, spdlog, xxhash headers
+
+cmake -S fuzz -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build-fuzz >/dev/null
+
+harnesses=(manifest safetensors_header agent_message worker_datagram event_log)
+mkdir -p build-fuzz/crashes build-fuzz/logs
+run_one() {
+  local h="$1"
+  mkdir -p "build-fuzz/corpus/$h"
+  # -timeout: one input taking 10 s is a finding (a hang); -rss_limit_mb: so is 2 GiB of memory.
+  ASAN_OPTIONS=detect_leaks=1 "build-fuzz/fuzz_$h" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+    -print_final_stats=1 -artifact_prefix="build-fuzz/crashes/$h-" "build-fuzz/corpus/$h" "fuzz/corpus/$h" \
+    >"build-fuzz/logs/$h.log" 2>&1
+}
+status=0
+for ((i = 0; i < ${#harnesses[@]}; i += 2)); do
+  pids=()
+  for h in "${harnesses[@]:i:2}"; do run_one "$h" & pids+=($!); done
+  for p in "${pids[@]}"; do wait "$p" || status=1; done
+done
+for h in "${harnesses[@]}"; do
+  log="build-fuzz/logs/$h.log"
+  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1)
+  if grep -q -E "ERROR: (AddressSanitizer|libFuzzer)|runtime error:|deadly signal" "$log"; then
+    echo "fuzz: $h CRASHED after ${runs:-?} runs; see $log and build-fuzz/crashes/"
+    grep -m 3 -E "ERROR|runtime error|SUMMARY" "$log" | sed 's/^/fuzz:   /'
+    status=1
+  else
+    echo "fuzz: $h: ${runs:-?} runs in ${seconds} s, ${cov:-cov: ?}, no crash"
+  fi
+done
+exit $status
