@@ -32,6 +32,7 @@
 #include "log.h"
 #include "duration_text.h"
 #include "net_util.h"
+#include "torch_compat_internal.h"
 #include "shm_allreduce.h"
 #include "subgroup.h"
 #include "agent_link.h"
@@ -167,6 +168,19 @@ c10::intrusive_ptr<c10d::Store> open_tcp_store(const JobEnv& env, const InitOpti
     // Whether or not this succeeds, TCPStore below reports the failure with its own cause.
     detail::wait_until_listening(env.master_addr, env.master_port, options.store_timeout.count());
   }
+#if COHORT_TCPSTORE_TAKES_LISTEN_FD
+  // The store's server listens on the master address only, not on every interface (docs/security.md).
+  if (env.rank == 0) {
+    std::string problem;
+    const int fd = detail::listen_on(env.master_addr, env.master_port, &problem);
+    if (fd < 0) {
+      throw ConfigError(0, "could not host the store on port " + std::to_string(env.master_port) + " of " +
+                               env.master_addr + " (" + problem + "); is the port in use, or MASTER_ADDR not an "
+                               "address of this machine? choose another MASTER_PORT or MASTER_ADDR");
+    }
+    opts.masterListenFd = fd;  // the store's server owns it from here
+  }
+#endif
   try {
     store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
   } catch (const std::exception& e) {

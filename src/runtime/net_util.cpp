@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -25,6 +26,32 @@ std::string resolve_problem(const std::string& host) {
   if (res != nullptr) freeaddrinfo(res);
   if (rc == 0) return "";
   return gai_strerror(rc);
+}
+
+int listen_on(const std::string& host, int port, std::string* problem) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* res = nullptr;
+  if (const int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res); rc != 0) {
+    *problem = gai_strerror(rc);
+    return -1;
+  }
+  int fd = -1;
+  for (addrinfo* a = res; a != nullptr && fd < 0; a = a->ai_next) {
+    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    const int yes = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd, SOMAXCONN) != 0) {
+      *problem = std::strerror(errno);
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  freeaddrinfo(res);
+  return fd;
 }
 
 bool wait_until_listening(const std::string& host, int port, long timeout_ms) {

@@ -25,6 +25,11 @@ inline WorkHandle native_allgather(Backend& group, at::Tensor& output, at::Tenso
   return group._allgather_base(output, input, c10d::AllgatherOptions());
 }
 
+// The TCPStore's server binds every interface; from libtorch 2.8 it can take a listening socket
+// instead (TCPStoreOptions::masterListenFd, in both of its backends), which cohort binds to the
+// master address only. 1.13 has no such option.
+#define COHORT_TCPSTORE_TAKES_LISTEN_FD (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 8))
+
 template <typename StateMap, typename TensorT>
 typename StateMap::key_type optimizer_state_key(const TensorT& param) {
   if constexpr (std::is_same_v<typename StateMap::key_type, std::string>) {

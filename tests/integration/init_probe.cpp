@@ -3,12 +3,13 @@
 // prints the message to stderr and exits 2. INIT_PROBE_DEVICE=cuda: the allreduce is of a tensor
 // on ctx->device(kCUDA), and the line ends with " device cuda:N". INIT_PROBE_LISTENERS=1: then
 // one line "rank R listens on A:P ..." (or "... on nothing") with the local address of every TCP
-// socket this process listens on, and "rank R store S" (the store file and its directory's mode,
-// or "tcp").
+// socket this process listens on, "rank R store S" (the store file and its directory's mode, or
+// "tcp") and "rank R libtorch MAJOR.MINOR".
 #include <cohort/cohort.h>
 #include <dirent.h>
 #include <sys/stat.h>
 #include <torch/torch.h>
+#include <torch/version.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -53,7 +54,9 @@ std::string listeners() {
         addr = std::to_string(v & 0xff) + "." + std::to_string((v >> 8) & 0xff) + "." + std::to_string((v >> 16) & 0xff) +
                "." + std::to_string(v >> 24);
       } else {
-        addr = hex_addr == "00000000000000000000000001000000" ? "::1" : "[" + hex_addr + "]";
+        addr = hex_addr == "00000000000000000000000001000000"   ? "::1"
+               : hex_addr == "00000000000000000000000000000000" ? "[::]"  // every interface
+                                                                : "[" + hex_addr + "]";
       }
       out += " " + addr + ":" + std::to_string(port);
     }
@@ -81,7 +84,7 @@ int main() {
       struct stat st {};
       if (!file.empty() && stat(file.substr(0, file.rfind('/')).c_str(), &st) == 0)
         report << " in a directory of mode " << std::oct << (st.st_mode & 0777) << std::dec;
-      report << "\n";
+      report << "\nrank " << ctx->rank() << " libtorch " << TORCH_VERSION_MAJOR << "." << TORCH_VERSION_MINOR << "\n";
       std::cout << report.str() << std::flush;  // one write: ranks share the pipe
     }
     ctx->barrier();
