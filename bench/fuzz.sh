@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Runs each fuzz harness of cohort's parsers (fuzz/: manifests, safetensors headers, agent
-# messages, worker datagrams, event logs) for SECONDS (default 30; CI runs 30), two at a time,
-# with AddressSanitizer and UBSan. Seeds come from fuzz/corpus/<harness>/; what the fuzzer finds
+# messages, worker datagrams, event logs) for SECONDS (default 30; CI runs 30), FUZZ_JOBS at a
+# time (default 2, one per core here; CI runs all five at once to keep its time short), with
+# AddressSanitizer and UBSan. Seeds come from fuzz/corpus/<harness>/; what the fuzzer finds
 # grows build-fuzz/corpus/<harness>/ (kept between runs), a crash lands in build-fuzz/crashes/ and
 # fails the script. Prints one line per harness: runs, seconds, coverage, and whether it crashed.
-#   bash bench/fuzz.sh [SECONDS]
+#   [FUZZ_JOBS=N] bash bench/fuzz.sh [SECONDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-30}"
-case "$seconds" in ''|*[!0-9]*) echo "fuzz.sh: SECONDS must be a whole number, not '$seconds'" >&2; exit 2 ;; esac
+jobs="${FUZZ_JOBS:-2}"
+case "$seconds$jobs" in ''|*[!0-9]*) echo "fuzz.sh: SECONDS and FUZZ_JOBS must be whole numbers ('$seconds', '$jobs')" >&2; exit 2 ;; esac
+[ "$jobs" -ge 1 ] || { echo "fuzz.sh: FUZZ_JOBS must be at least 1" >&2; exit 2; }
 
 # clang-14 and libFuzzer from Debian (scripts/setup-test-tools.sh installs them too).
 missing=()
@@ -36,9 +39,9 @@ run_one() {
     >"build-fuzz/logs/$h.log" 2>&1
 }
 status=0
-for ((i = 0; i < ${#harnesses[@]}; i += 2)); do
+for ((i = 0; i < ${#harnesses[@]}; i += jobs)); do
   pids=()
-  for h in "${harnesses[@]:i:2}"; do run_one "$h" & pids+=($!); done
+  for h in "${harnesses[@]:i:jobs}"; do run_one "$h" & pids+=($!); done
   for p in "${pids[@]}"; do wait "$p" || status=1; done
 done
 for h in "${harnesses[@]}"; do
