@@ -1,7 +1,6 @@
 // dashboard/server.cpp — the dashboard's and /metrics' HTTP server on cpp-httplib (see server.h).
 //
-// Threads: one accepts (listen_after_bind), each connection gets its own (connection_threads.h),
-// one request per connection.
+// Threads: one accepts (listen_after_bind), each connection gets its own (connection_threads.h).
 // A live stream (/api/stream) holds its connection's thread while it is open; it waits on its Hub
 // subscription in short slices, so that ~Server can end every stream — after sending what is
 // still queued — within a fraction of a second, and then wait for the threads.
@@ -29,6 +28,7 @@
 #include "dashboard/assets.h"
 #include "dashboard/connection_threads.h"
 #include "monitor/hub.h"
+#include "runtime/net_util.h"
 #include "sim/calibrate.h"
 #include "sim/page_assets.h"
 #include "sim/report.h"
@@ -43,9 +43,7 @@ constexpr auto kKeepAlive = std::chrono::seconds(15);          // comment line o
 constexpr int kStreamRetryMs = 2000;                          // the browser's reconnection delay
 constexpr int kBatch = 256;                                   // queued messages sent in one write
 constexpr int kMaxStreams = 16;                               // live streams at once (each holds a thread)
-// Connections served at once, each on its own thread (connection_threads.h): far more than a
-// dashboard's real clients, so that slow or stalled ones cannot take every thread.
-constexpr size_t kConnectionThreads = 256;
+constexpr size_t kConnectionThreads = 256;  // far more than real clients: slow ones cannot take all
 
 const char* const kContentSecurityPolicy =
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
@@ -90,40 +88,20 @@ bool is_wildcard(const std::string& host) { return host.empty() || host == "0.0.
 
 /// Why binding host:port failed, found by trying it the way httplib does (SO_REUSEADDR).
 std::string bind_failure(const std::string& host, int port) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE;
-  addrinfo* found = nullptr;
   const std::string service = std::to_string(port);
-  if (int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &found); rc != 0 || found == nullptr) {
-    return "cannot listen on " + host + ":" + service + ": not an address of this machine (" + gai_strerror(rc) + ")";
-  }
+  std::string problem;
   int err = 0;
-  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
-    int fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
-    if (fd < 0) {
-      err = errno;
-      continue;
-    }
-    int yes = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-    const bool ok = bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, 1) == 0;
-    if (!ok) err = errno;
+  if (const int fd = detail::listen_on(host, port, 1, &problem, &err); fd >= 0) {
     close(fd);
-    if (ok) {
-      err = 0;
-      break;
-    }
+    return "cannot listen on " + host + ":" + service;
   }
-  freeaddrinfo(found);
+  if (err == 0) return "cannot listen on " + host + ":" + service + ": not an address of this machine (" + problem + ")";
   if (err == EADDRINUSE) {
     return "port " + service + " is in use on " + host + " (choose another port, or 0 for any free one)";
   }
   if (err == EACCES) return "port " + service + " on " + host + " needs privileges (use a port above 1023)";
   if (err == EADDRNOTAVAIL) return "cannot listen on " + host + ":" + service + ": not an address of this machine";
-  if (err != 0) return "cannot listen on " + host + ":" + service + ": " + std::strerror(err);
-  return "cannot listen on " + host + ":" + service;
+  return "cannot listen on " + host + ":" + service + ": " + problem;
 }
 
 /// Compares without an early exit, so that the time taken tells nothing about the token.
@@ -195,6 +173,7 @@ struct Server::Impl {
   std::atomic<int> streams{0};
   std::atomic<bool> listen_returned{false};
   int port = 0;
+  int listen_fd = -1;  // the server's listening socket (httplib owns it)
   bool loopback = true;
   std::string index_html;      // the page, with the token carried on to its asset URLs
   std::string sim_index_html;  // the simulator's page at /sim/ (hub mode; empty without em++)
@@ -444,14 +423,13 @@ Server::Server(hub::Hub* hub, Site site, ServerOptions options)
   s.http.new_task_queue = [] { return new ConnectionThreads(kConnectionThreads); };
   // httplib's default also sets SO_REUSEPORT, which would let a second server share a port that is
   // in use (and split the connections between them): SO_REUSEADDR only.
-  int listen_fd = -1;  // the last socket httplib made, which is the one that bound
-  s.http.set_socket_options([&listen_fd](socket_t sock) {
+  s.http.set_socket_options([&s](socket_t sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-    listen_fd = sock;
+    s.listen_fd = sock;  // the last socket httplib makes is the one that binds
   });
-  // One request per connection: an idle keep-alive connection would hold a thread, and ~Server
-  // would wait for it (requests are few: the page, its state, scrapes; streams are long anyway).
+  // One request per connection: an idle keep-alive connection would hold a thread that ~Server
+  // waits for (requests are few: the page, its state, scrapes; streams are long anyway).
   s.http.set_keep_alive_max_count(1);
   s.http.set_keep_alive_timeout(1);
   s.http.set_read_timeout(5, 0);
@@ -461,10 +439,9 @@ Server::Server(hub::Hub* hub, Site site, ServerOptions options)
 
   const int port = s.options.port == 0 ? s.http.bind_to_any_port(host) : (s.http.bind_to_port(host, s.options.port) ? s.options.port : -1);
   if (port <= 0) throw config_error(bind_failure(host, s.options.port));
-  // httplib listens with a backlog of 5: a burst of connections (a page and its assets, a scrape,
-  // or clients that never finish their request) beyond that has its SYNs dropped and retried a
-  // second or more later. Listening again on the bound socket raises the backlog.
-  if (listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);
+  // httplib listens with a backlog of 5: connects beyond a burst of 5 (a page and its assets, slow
+  // clients) had their SYNs dropped and retried a second later. Listening again raises it.
+  if (s.listen_fd >= 0) ::listen(s.listen_fd, SOMAXCONN);
   s.port = port;
   s.thread = std::thread([&s] {
     s.http.listen_after_bind();

@@ -16,6 +16,7 @@
 #include <torch/version.h>
 
 #include <fcntl.h>
+#include <sys/socket.h>  // SOMAXCONN
 #include <unistd.h>
 
 #include <cerrno>
@@ -172,7 +173,7 @@ c10::intrusive_ptr<c10d::Store> open_tcp_store(const JobEnv& env, const InitOpti
   // The store's server listens on the master address only, not on every interface (docs/security.md).
   if (env.rank == 0) {
     std::string problem;
-    const int fd = detail::listen_on(env.master_addr, env.master_port, &problem);
+    const int fd = detail::listen_on(env.master_addr, env.master_port, SOMAXCONN, &problem);
     if (fd < 0) {
       throw ConfigError(0, "could not host the store on port " + std::to_string(env.master_port) + " of " +
                                env.master_addr + " (" + problem + "); is the port in use, or MASTER_ADDR not an "

@@ -28,29 +28,36 @@ std::string resolve_problem(const std::string& host) {
   return gai_strerror(rc);
 }
 
-int listen_on(const std::string& host, int port, std::string* problem) {
+int listen_on(const std::string& host, int port, int backlog, std::string* problem, int* error) {
+  int err = 0;
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE;
   addrinfo* res = nullptr;
-  if (const int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res); rc != 0) {
+  if (const int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res); rc != 0 || !res) {
     *problem = gai_strerror(rc);
+    if (error) *error = 0;
     return -1;
   }
   int fd = -1;
   for (addrinfo* a = res; a != nullptr && fd < 0; a = a->ai_next) {
     fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) continue;
+    if (fd < 0) {
+      err = errno;
+      continue;
+    }
     const int yes = 1;
     ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-    if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd, SOMAXCONN) != 0) {
-      *problem = std::strerror(errno);
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd, backlog) != 0) {
+      err = errno;
       ::close(fd);
       fd = -1;
     }
   }
   freeaddrinfo(res);
+  if (fd < 0) *problem = std::strerror(err);
+  if (error) *error = fd < 0 ? err : 0;
   return fd;
 }
 

@@ -19,9 +19,10 @@ bool wait_until_listening(const std::string& host, int port, long timeout_ms);
 /// known").
 std::string resolve_problem(const std::string& host);
 
-/// A TCP socket bound to `host`:`port` (that address only, SO_REUSEADDR) and listening; -1 with
-/// *problem set when it cannot be (not an address of this machine, the port in use).
-int listen_on(const std::string& host, int port, std::string* problem);
+/// A TCP socket bound to `host`:`port` (that address only, SO_REUSEADDR) and listening with
+/// `backlog`; -1 when it cannot be, with *problem saying why and *error (when given) the errno of
+/// the step that failed (EADDRINUSE, EADDRNOTAVAIL, ...; 0 when `host` did not resolve).
+int listen_on(const std::string& host, int port, int backlog, std::string* problem, int* error = nullptr);
 
 /// True for 127.0.0.0/8, ::1 and "localhost".
 bool is_loopback(const std::string& host);
