@@ -27,9 +27,25 @@ using namespace cohort::testing;
 
 namespace {
 
+// Every directory fresh_dir made, removed when the test program ends: some hold a FIFO named
+// manifest.json (CheckpointCorruption), which blocks whatever reads /tmp later (a grep -r did).
+std::vector<fs::path>& made_dirs() {
+  static std::vector<fs::path> dirs;
+  return dirs;
+}
+class RemoveMadeDirs : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    std::error_code ignored;
+    for (const auto& d : made_dirs()) fs::remove_all(d, ignored);
+  }
+};
+[[maybe_unused]] ::testing::Environment* const kRemoveMadeDirs = ::testing::AddGlobalTestEnvironment(new RemoveMadeDirs);
+
 std::string fresh_dir(const std::string& name) {
   const fs::path p = fs::temp_directory_path() / ("cohort_ckpt_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(p);
+  made_dirs().push_back(p);
   return p.string();
 }
 
