@@ -178,6 +178,17 @@ int open_checkpoint_file(const std::string& path, int rank, uint64_t* bytes) {
   return fd;
 }
 
+size_t read_at_most(int fd, char* out, size_t n, uint64_t offset) {
+  size_t got = 0;
+  while (got < n) {
+    const ssize_t r = ::pread(fd, out + got, n - got, static_cast<off_t>(offset + got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += static_cast<size_t>(r);
+  }
+  return got;
+}
+
 std::string read_small_file(const std::string& path, uint64_t max_bytes, int rank) {
   uint64_t bytes = 0;
   const int fd = open_checkpoint_file(path, rank, &bytes);
@@ -187,15 +198,8 @@ std::string read_small_file(const std::string& path, uint64_t max_bytes, int ran
                                     std::to_string(max_bytes) + " such a file may have");
   }
   std::string text(static_cast<size_t>(bytes), '\0');
-  size_t got = 0;
-  while (got < text.size()) {
-    const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;  // shrank while read: what was read is checked by the parser
-    got += static_cast<size_t>(n);
-  }
+  text.resize(read_at_most(fd, text.data(), text.size(), 0));  // shrank while read: the parser checks it
   ::close(fd);
-  text.resize(got);
   return text;
 }
 

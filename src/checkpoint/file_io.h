@@ -77,6 +77,10 @@ void fsync_dir(const std::string& dir, int rank);
 /// is a CheckpointError naming it, as is a file that cannot be opened. *bytes gets its size.
 int open_checkpoint_file(const std::string& path, int rank, uint64_t* bytes);
 
+/// Reads up to `n` bytes at `offset` (retrying short reads and EINTR); returns how many it read,
+/// fewer at the end of the file or on an error.
+size_t read_at_most(int fd, char* out, size_t n, uint64_t offset);
+
 /// The whole of a small checkpoint file (a manifest) through open_checkpoint_file; a file larger
 /// than `max_bytes` is a CheckpointError instead of an allocation of its size.
 std::string read_small_file(const std::string& path, uint64_t max_bytes, int rank);

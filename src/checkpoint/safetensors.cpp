@@ -2,10 +2,9 @@
 
 #include <nlohmann/json.hpp>  // header text
 
-#include <unistd.h>  // pread
+#include <unistd.h>  // close
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
@@ -150,16 +149,7 @@ SafetensorsHeader read_header(const std::string& path) {
   } catch (const std::exception& e) {
     throw std::runtime_error(e.what());
   }
-  auto read_at = [&](std::string& into, uint64_t offset) {
-    size_t got = 0;
-    while (got < into.size()) {
-      const ssize_t n = ::pread(fd, into.data() + got, into.size() - got, static_cast<off_t>(offset + got));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      got += static_cast<size_t>(n);
-    }
-    into.resize(got);
-  };
+  auto read_at = [&](std::string& into, uint64_t offset) { into.resize(read_at_most(fd, into.data(), into.size(), offset)); };
   std::string prefix(std::min<uint64_t>(8, file_bytes), '\0');
   read_at(prefix, 0);
   const uint64_t need = needed_prefix(prefix);

@@ -20,10 +20,13 @@ void require(bool ok, const std::string& message) {
   if (!ok) throw ConfigError(-1, message);
 }
 
-// A duration flag: a finite number of seconds, positive (or also 0 where 0 means "off"), and at
-// most a week — "inf" or "nan" would overflow every deadline computed from it.
-void require_seconds(double s, const std::string& flag, bool zero_allowed) {
-  constexpr double kWeek = 7 * 24 * 3600.0;
+void require_count(int n, const std::string& flag, int lo, int hi) {
+  require(n >= lo && n <= hi, flag + " " + std::to_string(n) + " must be " + std::to_string(lo) + ".." + std::to_string(hi));
+}
+
+}  // namespace
+
+void require_seconds(double s, const std::string& flag, bool zero_allowed, double max_s) {
   std::ostringstream shown;  // as typed, more or less: -1, 0.5, inf, nan
   shown << s;
   const std::string what = flag + " " + shown.str();
@@ -33,14 +36,10 @@ void require_seconds(double s, const std::string& flag, bool zero_allowed) {
   } else {
     require(s > 0, what + " must be a positive number of seconds");
   }
-  require(s <= kWeek, what + " is more than a week (604800 s)");
+  std::ostringstream max;
+  max << max_s;
+  require(s <= max_s, what + " is more than " + max.str() + " s");
 }
-
-void require_count(int n, const std::string& flag, int lo, int hi) {
-  require(n >= lo && n <= hi, flag + " " + std::to_string(n) + " must be " + std::to_string(lo) + ".." + std::to_string(hi));
-}
-
-}  // namespace
 
 bool is_loopback_host(const std::string& host) {
   if (host == "localhost" || host == "::1" || host == "[::1]") return true;

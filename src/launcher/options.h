@@ -58,6 +58,11 @@ constexpr int kMaxThreadsPerProc = 1024;
 void finalize_options(RunOptions& options);
 
 /// True for a loopback address ("127.0.0.1", any 127.x, "localhost", "::1").
+/// Throws ConfigError naming `flag` unless `s` is a finite number of seconds above 0 (or also 0,
+/// where 0 turns a feature off) and at most `max_s` — "inf" or "nan" would overflow every deadline
+/// computed from it.
+void require_seconds(double s, const std::string& flag, bool zero_allowed, double max_s = 7 * 24 * 3600.0);
+
 bool is_loopback_host(const std::string& host);
 
 }  // namespace cohort::launcher
