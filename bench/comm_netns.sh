@@ -23,6 +23,8 @@ nodes=${NODES:-2}
 models=${MODELS:-mlp cnn}
 build=${COHORT_BUILD:-build}
 cli=$(realpath "$build/tools/cohort")
+# The nodes of one job share its token (docs/security.md); `ip netns exec` passes the environment on.
+export COHORT_JOB_TOKEN=${COHORT_JOB_TOKEN:-$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')}
 example=$(realpath "$build/examples/fashion_mnist/fashion_mnist")
 peer=$(realpath bench/peer_ddp.py)
 [ -x "$cli" ] && [ -x "$example" ] || { echo "comm_netns: build first (bash scripts/setup.sh)" >&2; exit 2; }

@@ -16,6 +16,8 @@ rate=${RATE:-100mbit}
 every=${H:-20}
 build=${COHORT_BUILD:-build}
 cli=$(realpath "$build/tools/cohort")
+# The nodes of one job share its token (docs/security.md); `ip netns exec` passes the environment on.
+export COHORT_JOB_TOKEN=${COHORT_JOB_TOKEN:-$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')}
 gpt=$(realpath "$build/examples/gpt/gpt")
 [ -x "$cli" ] && [ -x "$gpt" ] || { echo "diloco_gpt: build first (bash scripts/setup.sh)" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || { echo "diloco_gpt: needs root (ip netns)" >&2; exit 2; }

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Runs each fuzz harness of cohort's parsers (fuzz/: manifests, safetensors headers, agent
-# messages, worker datagrams, event logs) for SECONDS (default 30; CI runs 30), FUZZ_JOBS at a
-# time (default 2, one per core here; CI runs all five at once to keep its time short), with
-# AddressSanitizer and UBSan. Seeds come from fuzz/corpus/<harness>/; what the fuzzer finds
-# grows build-fuzz/corpus/<harness>/ (kept between runs), a crash lands in build-fuzz/crashes/ and
-# fails the script. Prints one line per harness: runs, seconds, coverage, and whether it crashed.
-#   [FUZZ_JOBS=N] bash bench/fuzz.sh [SECONDS]
+# Runs each fuzz harness of cohort's parsers (fuzz/: manifests, safetensors headers, sampler
+# states, agent messages and their authenticated framing, worker datagrams, event logs) for
+# SECONDS (default 30; CI runs 30), FUZZ_JOBS at a time (default 2, one per core here; CI runs all
+# seven at once to keep its time short), with AddressSanitizer and UBSan. Seeds come from
+# fuzz/corpus/<harness>/; what the fuzzer finds grows build-fuzz/corpus/<harness>/ (kept between
+# runs), a crash lands in build-fuzz/crashes/ and fails the script. Prints one line per harness: runs, seconds, coverage, and whether it crashed.
+#   [FUZZ_JOBS=N] [FUZZ_HARNESSES="NAME..."] bash bench/fuzz.sh [SECONDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-30}"
@@ -28,7 +28,9 @@ COHORT_SETUP_NO_BUILD=1 bash scripts/setup.sh  # nlohmann-json, spdlog, xxhash h
 cmake -S fuzz -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build-fuzz >/dev/null
 
-harnesses=(manifest safetensors_header agent_message worker_datagram event_log)
+harnesses=(manifest safetensors_header sampler_state agent_message channel_frames worker_datagram event_log)
+# FUZZ_HARNESSES="a b" runs only those (e.g. the new ones, for their first long run).
+[ -n "${FUZZ_HARNESSES:-}" ] && read -r -a harnesses <<<"$FUZZ_HARNESSES"
 mkdir -p build-fuzz/crashes build-fuzz/logs
 run_one() {
   local h="$1"

@@ -15,6 +15,8 @@ steps=${2:-60}
 rate=${RATE:-100mbit}
 build=${COHORT_BUILD:-build}
 cli=$(realpath "$build/tools/cohort")
+# The nodes of one job share its token (docs/security.md); `ip netns exec` passes the environment on.
+export COHORT_JOB_TOKEN=${COHORT_JOB_TOKEN:-$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')}
 example=$(realpath "$build/examples/fashion_mnist/fashion_mnist")
 [ -x "$cli" ] && [ -x "$example" ] || { echo "sim_netns: build first (bash scripts/setup.sh)" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || { echo "sim_netns: needs root (ip netns)" >&2; exit 2; }

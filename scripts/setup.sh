@@ -16,6 +16,7 @@ packages=(
   libspdlog-dev         # the logger
   libxxhash-dev         # fast hashes: model signatures, parameter checksums, later file checksums
   zlib1g-dev            # reading gzipped IDX files
+  libssl-dev            # OpenSSL's libcrypto: HMAC-SHA256 and random bytes for the job token (docs/security.md)
   libcpp-httplib-dev    # the HTTP server of the dashboard and /metrics (header-only)
   libjs-chart.js        # the dashboard's charts (Chart.js), embedded in the binary at build time
   libgtest-dev          # GoogleTest

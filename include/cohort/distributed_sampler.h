@@ -20,6 +20,8 @@
 
 #include <torch/data/samplers/base.h>
 
+#include "cohort/sampler_state.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -35,19 +37,6 @@ struct SamplerOptions {
   bool shuffle = true;     ///< permute each epoch's order, seeded with seed + epoch (else 0..N-1)
   uint64_t seed = 0;       ///< seeds the permutations; use the same on every rank
   bool drop_last = false;  ///< even out the shares by dropping the tail, not by repeating samples
-};
-
-/// What a checkpoint keeps of a sampler. `consumed` counts positions of the epoch's order.
-struct SamplerState {
-  int64_t epoch = 0;         ///< the epoch the job is in
-  int64_t consumed = 0;      ///< positions of the epoch's order the whole job consumed (a prefix)
-  int64_t dataset_size = 0;  ///< samples in the dataset; load_state() checks it
-  uint64_t seed = 0;         ///< the order's seed; load_state() checks it
-  bool shuffle = true;       ///< whether the order is shuffled; load_state() checks it
-  /// The state as a JSON object (how checkpoints store it).
-  std::string to_json() const;
-  /// Parses to_json()'s text; throws cohort::ConfigError for anything else.
-  static SamplerState from_json(const std::string& text);  // throws cohort::ConfigError
 };
 
 /// Each rank's share of a dataset, per epoch, resumable on another world size: a libtorch Sampler

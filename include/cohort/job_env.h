@@ -13,7 +13,8 @@
 // gave the rank (mpirun and srun users export MASTER_ADDR themselves); default 127.0.0.1:29500.
 // COHORT_STORE_FILE names a file for a c10d FileStore instead, for ranks that share one machine:
 // `cohort run` sets it for a one-node job (in its private 0700 run directory), so that such a job
-// opens no TCP port at all (docs/security.md).
+// opens no TCP port at all (docs/security.md). COHORT_JOB_KEY, a key cohort run derives from the
+// job's token, authenticates each rank's part of a checkpoint commit in the store.
 #pragma once
 
 #include <functional>
@@ -33,6 +34,7 @@ struct JobEnv {
   int master_port = 29500;      ///< the store's TCP port
   int restart_count = 0;        ///< COHORT_RESTART_COUNT or TORCHELASTIC_RESTART_COUNT
   std::string store_file;       ///< COHORT_STORE_FILE: the ranks meet in a FileStore there (empty: TCPStore)
+  std::string job_key;          ///< COHORT_JOB_KEY (from cohort run): signs checkpoint commit parts (empty: unsigned)
   std::string source = "none";  ///< "cohort", "torchrun", "openmpi", "slurm" or "none"
 };
 

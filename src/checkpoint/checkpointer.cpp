@@ -30,10 +30,12 @@
 #include <cstring>
 #include <filesystem>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
 #include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/commit_parts.h"
 #include "checkpoint/shard_files.h"
 #include "checkpoint/training_state.h"
 #include "cohort/context.h"
@@ -283,8 +285,9 @@ class Checkpointer::Impl {
       own_part_ = part.dump();
       return;
     }
-    const std::string text = part.dump();
-    store()->set(key(job, rank_), std::vector<uint8_t>(text.begin(), text.end()));
+    const std::string k = key(job, rank_);
+    const std::string value = ckpt::sealed_part(ctx_.env().job_key, k, ctx_.env().restart_count, part);
+    store()->set(k, std::vector<uint8_t>(value.begin(), value.end()));
   }
 
   void commit(const SaveJob& job, const std::string& path, std::vector<ckpt::ManifestFile> files) {
@@ -331,26 +334,53 @@ class Checkpointer::Impl {
     retire_old();
   }
 
+  // Every rank's part, in rank order. A part that fails authentication (commit_parts.h) was written
+  // by someone outside the job: it is never used, and the key is read again until the rank's own
+  // part replaces it (a rank's set overwrites one made ahead of it) or the commit timeout passes.
+  // Deleting the forged value instead could delete the rank's part set a moment later.
   std::vector<nlohmann::json> collect_parts(const SaveJob& job) {
     if (ctx_.world_size() == 1) return {nlohmann::json::parse(own_part_)};
+    const int world = ctx_.world_size();
+    const auto timeout = owner_.options_.commit_timeout;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
     std::vector<std::string> keys;
-    for (int r = 0; r < ctx_.world_size(); ++r) keys.push_back(key(job, r));
+    for (int r = 0; r < world; ++r) keys.push_back(key(job, r));
     auto& s = store();
+    auto not_committed = [&](const std::string& why) {
+      return CheckpointError(rank_, "checkpoint step " + std::to_string(job.step) + " not committed: " + why +
+                                        " within " + std::to_string(timeout.count() / 1000) + " s");
+    };
     try {
-      s->wait(keys, owner_.options_.commit_timeout);
+      s->wait(keys, timeout);
     } catch (const std::exception&) {
       std::string missing;
-      for (int r = 0; r < ctx_.world_size(); ++r)
+      for (int r = 0; r < world; ++r)
         if (!s->check({keys[r]})) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-      throw CheckpointError(rank_, "checkpoint step " + std::to_string(job.step) + " not committed: rank(s) " +
-                                       missing + " did not report their part within " +
-                                       std::to_string(owner_.options_.commit_timeout.count() / 1000) + " s");
+      throw not_committed("rank(s) " + missing + " did not report their part");
     }
     std::vector<nlohmann::json> parts;
-    for (const auto& k : keys) {
-      const auto bytes = s->get(k);
-      parts.push_back(nlohmann::json::parse(std::string(bytes.begin(), bytes.end())));
-      s->deleteKey(k);
+    for (int r = 0; r < world; ++r) {
+      for (bool warned = false;;) {
+        const auto bytes = s->get(keys[r]);
+        auto part = ckpt::opened_part(ctx_.env().job_key, keys[r], ctx_.env().restart_count,
+                                      std::string(bytes.begin(), bytes.end()));
+        if (part) {
+          parts.push_back(std::move(*part));
+          s->deleteKey(keys[r]);
+          break;
+        }
+        if (!warned) {
+          warned = true;
+          detail::log_warn("ignored a checkpoint commit part for rank " + std::to_string(r) + " at step " +
+                           std::to_string(job.step) + " that fails authentication (not written by a rank of this "
+                           "job); waiting for the rank's own");
+        }
+        if (std::chrono::steady_clock::now() > deadline) {
+          throw not_committed("rank " + std::to_string(r) + "'s part failed authentication (a process outside the "
+                              "job writes to its store) and the rank's own did not replace it");
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
     }
     return parts;
   }

@@ -23,6 +23,7 @@
 #include "flight_dumps.h"
 #include "runtime/blas_core.h"
 #include "job_monitor.h"
+#include "job_token.h"
 #include "rendezvous.h"
 #include "signal_pipe.h"
 #include "standby.h"
@@ -165,6 +166,7 @@ int run_rounds(RunOptions& o, RendezvousResult& rdzv, SignalPipe& signals, JobMo
   const Watch watch = open_watch(o);  // the worker link (heartbeats, hangs), for every round
   std::vector<std::string> worker_env = watch.worker_variables();
   if (!o.on_nan.empty()) worker_env.push_back("COHORT_ON_NAN=" + o.on_nan);
+  worker_env.push_back("COHORT_JOB_KEY=" + worker_job_key(o));  // signs their checkpoint commit parts
   worker_env.insert(worker_env.end(), blas_env.begin(), blas_env.end());
   // Warm spares (standby.h) are released through the worker link: without one there are none.
   const bool warm_spares = o.warm_spares && watch.link != nullptr;

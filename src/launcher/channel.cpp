@@ -1,18 +1,29 @@
-// JSON-lines messages over a TCP socket between agents. See channel.h.
+// JSON-lines messages over a TCP socket between agents, authenticated with the job token. See channel.h.
 #include "channel.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <iostream>
+#include <stdexcept>
+#include <string_view>
 
 #include "message_check.h"
+#include "runtime/message_auth.h"
 #include "socket_util.h"
 
 namespace cohort::launcher {
 namespace {
+
+constexpr std::string_view kHello = "cohort-hello-1 ";     // + 32 hex digits
+constexpr std::string_view kRefused = "cohort-refused ";   // + why, plain text
+constexpr size_t kNonceBytes = 16;
+constexpr size_t kMacDigits = 64;
+constexpr int kHelloWaitMs = 10000;
 
 // Names a sender of something that is not an agent message: the first time, then at every power
 // of ten, so that a flood of bad connections cannot fill the agent's stderr.
@@ -28,17 +39,105 @@ void note_dropped(int fd, const std::string& problem) {
   }
 }
 
+bool is_hex(std::string_view s) {
+  for (char c : s) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+// The peer's nonce from its hello line; empty when the line is not one.
+std::string nonce_of_hello(std::string_view line) {
+  if (line.substr(0, kHello.size()) != kHello) return "";
+  const std::string_view nonce = line.substr(kHello.size());
+  return nonce.size() == 2 * kNonceBytes && is_hex(nonce) ? std::string(nonce) : "";
+}
+
+// What the MAC covers: who sent it to whom on this connection, its number there, and the message.
+std::string signed_text(const std::string& from_nonce, const std::string& to_nonce, uint64_t n,
+                        std::string_view json) {
+  std::string s = "cohort-message-1 " + from_nonce + " " + to_nonce + " " + std::to_string(n) + "\n";
+  s.append(json.data(), json.size());
+  return s;
+}
+
+// A peer's refusal reason, for quoting in an error: printable ASCII only, at most 300 characters.
+std::string printable(std::string_view text) {
+  std::string out;
+  for (char c : text.substr(0, 300)) out += (c >= 32 && c < 127) ? c : '?';
+  return out;
+}
+
 }  // namespace
 
-Channel::Channel(int fd) : fd_(fd) { set_nonblocking(fd_); }
+Channel::Channel(int fd, const std::string& token) : fd_(fd) {
+  if (token.empty()) {
+    close(fd_);
+    throw std::invalid_argument("cohort run: internal error: a channel without the job token");
+  }
+  key_ = detail::derive_key(token, "agent messages");
+  own_nonce_ = detail::random_hex(kNonceBytes);
+  set_nonblocking(fd_);
+  write_all(fd_, std::string(kHello) + own_nonce_ + "\n");  // a failure shows at the first send or receive
+}
 
 Channel::~Channel() {
   if (fd_ >= 0) close(fd_);
 }
 
+std::string Channel::refusal() const {
+  std::lock_guard<std::mutex> lock(read_mu_);
+  return refusal_;
+}
+
+bool Channel::take_hello_locked() {
+  if (!peer_nonce_.empty()) return true;
+  const size_t nl = buffer_.find('\n');
+  if (nl == std::string::npos) return false;
+  peer_nonce_ = nonce_of_hello(std::string_view(buffer_).substr(0, nl));
+  if (peer_nonce_.empty()) return false;  // not a hello: receive() refuses the peer
+  buffer_.erase(0, nl + 1);
+  return true;
+}
+
+bool Channel::learn_peer_nonce(int wait_ms) {
+  std::lock_guard<std::mutex> lock(read_mu_);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
+  char buf[4096];
+  for (;;) {
+    if (take_hello_locked()) return true;
+    if (buffer_.find('\n') != std::string::npos || buffer_.size() > 4096) return false;  // a first line that is not a hello
+    const ssize_t n = recv(fd_, buf, sizeof(buf), MSG_DONTWAIT);
+    if (n > 0) {
+      buffer_.append(buf, static_cast<size_t>(n));
+      continue;
+    }
+    if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return false;  // gone
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    pollfd p{fd_, POLLIN, 0};
+    poll(&p, 1, static_cast<int>(left.count()));
+  }
+}
+
+std::string Channel::sealed(const nlohmann::json& message, bool replace_invalid_utf8) {
+  const std::string text = replace_invalid_utf8
+                               ? message.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+                               : message.dump();
+  std::string peer;
+  {
+    std::lock_guard<std::mutex> lock(read_mu_);
+    peer = peer_nonce_;
+  }
+  const std::string mac = detail::hmac_sha256_hex(key_, signed_text(own_nonce_, peer, sent_, text));
+  ++sent_;
+  return mac + " " + text + "\n";
+}
+
 bool Channel::send(const nlohmann::json& message) {
-  const std::string line = message.dump() + "\n";
   std::lock_guard<std::mutex> lock(send_mu_);
+  if (!learn_peer_nonce(kHelloWaitMs)) return false;  // no hello: not a peer we can talk to
+  const std::string line = sealed(message, false);
   if (!unsent_.empty()) {  // whole lines only: what is queued goes first
     if (!write_all(fd_, unsent_)) return false;
     unsent_.clear();
@@ -47,20 +146,19 @@ bool Channel::send(const nlohmann::json& message) {
 }
 
 bool Channel::send_droppable(const nlohmann::json& message, size_t limit) {
-  std::string line = message.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  line += '\n';
   // Another thread (an elastic job's heartbeats) may be waiting on a full socket: never wait for it.
   std::unique_lock<std::mutex> lock(send_mu_, std::try_to_lock);
-  if (!lock.owns_lock()) {
+  if (!lock.owns_lock() || !learn_peer_nonce(0)) {
     ++dropped_;
     return false;
   }
   if (!flush_locked()) return false;
-  if (unsent_.size() + line.size() > limit) {
+  const size_t estimate = message.dump().size() + kMacDigits + 2;
+  if (unsent_.size() + estimate > limit) {  // checked before sealing: a dropped message takes no number
     ++dropped_;
     return false;
   }
-  unsent_ += line;
+  unsent_ += sealed(message, true);
   return flush_locked();
 }
 
@@ -85,7 +183,15 @@ bool Channel::flush_locked() {
   return true;
 }
 
+void Channel::refuse(const std::string& why) {
+  note_dropped(fd_, why);
+  // One try, never waiting: a peer that does not read must not hold this agent.
+  const std::string line = std::string(kRefused) + why + "\n";
+  (void)::send(fd_, line.data(), line.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
 bool Channel::receive(std::vector<nlohmann::json>& out) {
+  std::lock_guard<std::mutex> lock(read_mu_);
   char buf[16384];
   bool open = true;
   for (;;) {
@@ -97,18 +203,42 @@ bool Channel::receive(std::vector<nlohmann::json>& out) {
     }
     buffer_.append(buf, static_cast<size_t>(n));
     if (buffer_.size() > (1u << 24)) {  // 16 MiB without a newline: not an agent
-      note_dropped(fd_, "16 MiB without a line end");
+      refuse("16 MiB without a line end");
       return false;
     }
   }
   size_t start = 0, nl;
   while ((nl = buffer_.find('\n', start)) != std::string::npos) {
-    auto message = nlohmann::json::parse(buffer_.begin() + static_cast<long>(start),
-                                         buffer_.begin() + static_cast<long>(nl), nullptr, false);
+    const std::string_view line = std::string_view(buffer_).substr(start, nl - start);
     start = nl + 1;
+    if (line.substr(0, kRefused.size()) == kRefused) {  // the peer's last word
+      refusal_ = printable(line.substr(kRefused.size()));
+      open = false;
+      break;
+    }
+    if (peer_nonce_.empty()) {
+      peer_nonce_ = nonce_of_hello(line);
+      if (peer_nonce_.empty()) {
+        refuse("it did not begin with a cohort agent's hello (not cohort run, or another version of it)");
+        open = false;
+        break;
+      }
+      continue;
+    }
+    const bool framed = line.size() > kMacDigits + 1 && line[kMacDigits] == ' ';
+    const std::string_view text = framed ? line.substr(kMacDigits + 1) : std::string_view();
+    if (!framed || !detail::same_mac(line.substr(0, kMacDigits),
+                                     detail::hmac_sha256_hex(key_, signed_text(peer_nonce_, own_nonce_, received_, text)))) {
+      refuse("a message that fails authentication (not from an agent of this job: every node needs the same job "
+             "token, --job-token-file or COHORT_JOB_TOKEN)");
+      open = false;
+      break;
+    }
+    ++received_;
+    auto message = nlohmann::json::parse(text.begin(), text.end(), nullptr, false);
     const std::string problem = message.is_discarded() ? "a line that is not JSON" : agent_message_problem(message);
-    if (!problem.empty()) {  // not an agent: what it sent is never acted on
-      note_dropped(fd_, problem);
+    if (!problem.empty()) {  // authentic but not a message of this protocol: never acted on
+      refuse(problem);
       open = false;
       break;
     }

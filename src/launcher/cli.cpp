@@ -68,6 +68,9 @@ CLI::App* add_run_command(CLI::App& app, RunOptions& o) {
       ->capture_default_str();
   run->add_option("--dashboard-token", o.dashboard_token,
                   "Token every dashboard request must carry (default: $COHORT_DASHBOARD_TOKEN)");
+  run->add_option("--job-token-file", o.job_token_file,
+                  "File with the job's secret, the same on every node (default: $COHORT_JOB_TOKEN; node 0 makes one "
+                  "when absent and says where); only the owner may read it");
   run->add_option("--on-nan", o.on_nan, "What workers do on a NaN/Inf loss or gradient: stop, skip or warn (default: stop)")
       ->check(CLI::IsMember({"stop", "skip", "warn"}));
   run->add_option("--stall-timeout", o.stall_timeout_s, "Seconds without a step on any rank before a stall is reported (0: off)")

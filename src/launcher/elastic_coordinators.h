@@ -47,7 +47,7 @@ namespace cohort::launcher {
 /// Round 0 of an elastic job, as the host (listener bound at the endpoint) or as a member.
 /// Throws like rendezvous(); a member that waited as a spare until the job finished throws
 /// JobFinished, one whose job ended meanwhile JobStopped.
-RendezvousResult elastic_rendezvous(const RunOptions& options, SignalPipe& signals);
+RendezvousResult elastic_rendezvous(RunOptions& options, SignalPipe& signals);
 
 // The two sides (elastic_host.cpp, elastic_member.cpp); `listener` is bound to the endpoint.
 RendezvousResult host_elastic_job(const RunOptions& options, int listener, SignalPipe& signals);

@@ -40,7 +40,7 @@ class ElasticMember : public Coordinator {
       poll(&p, 1, std::min(ms_left(deadline), 200));
       signals.throw_if_interrupted();
     }
-    link_.emplace(std::make_shared<Channel>(fd));
+    link_.emplace(std::make_shared<Channel>(fd, o_.job_token));
     beats_.add(link_->channel);
     link_->channel->send({{"type", "join"},
                           {"rdzv_id", o_.rdzv_id},
@@ -188,7 +188,8 @@ class ElasticMember : public Coordinator {
     }
     if (finished_ || end_ || rejected_) return;  // the host may close the connection now
     if (!open) {
-      host_lost_ = "its connection closed";
+      const std::string refusal = link_->channel->refusal();
+      host_lost_ = refusal.empty() ? "its connection closed" : "it refused this node's messages: " + refusal;
     } else if (answered_ && link_->silent_for(o_.node_timeout_s)) {
       // Only once answered: the host beats to a node from its admission on, but a join that
       // arrives while it stops its workers waits that long for the answer (join()'s deadline).

@@ -6,19 +6,27 @@
 #include "cohort/error.h"
 #include "elastic_coordinators.h"
 #include "elastic_options.h"
+#include "job_token.h"
 #include "socket_util.h"
 
 namespace cohort::launcher {
 
-RendezvousResult elastic_rendezvous(const RunOptions& o, SignalPipe& signals) {
+RendezvousResult elastic_rendezvous(RunOptions& o, SignalPipe& signals) {
   const Endpoint endpoint = parse_endpoint(o.rdzv_endpoint);
-  if (o.rdzv_role == "member") return join_elastic_job(o, signals);
+  auto join = [&] {
+    require_job_token(o, "this node of job '" + o.rdzv_id + "'");
+    return join_elastic_job(o, signals);
+  };
+  if (o.rdzv_role == "member") return join();
   int err = 0;
   const int listener = try_listen_tcp(endpoint.host, endpoint.port, &err);
-  if (listener >= 0) return host_elastic_job(o, listener, signals);
+  if (listener >= 0) {
+    ensure_shared_job_token(o);
+    return host_elastic_job(o, listener, signals);
+  }
   // Auto: an address of another machine, or one where another agent of this machine listens
   // already (several agents on one machine, as in tests), makes this agent a member.
-  if (o.rdzv_role == "auto" && (err == EADDRNOTAVAIL || err == EADDRINUSE)) return join_elastic_job(o, signals);
+  if (o.rdzv_role == "auto" && (err == EADDRNOTAVAIL || err == EADDRINUSE)) return join();
   throw ConfigError(-1, "cannot host the rendezvous at " + o.rdzv_endpoint + " (" + std::strerror(err) +
                             (err == EADDRNOTAVAIL ? ": not an address of this machine" : "") +
                             "); give --rdzv-endpoint an address and free port of the host node");

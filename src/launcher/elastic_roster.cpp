@@ -31,7 +31,7 @@ void Roster::add_pollfds(std::vector<pollfd>& fds) const {
 void Roster::service(const std::vector<pollfd>& fds, RosterEvents& events) {
   if (is_ready(fds, listener_.get())) {
     int fd = accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd >= 0) pending_.emplace_back(std::make_shared<Channel>(fd));
+    if (fd >= 0) pending_.emplace_back(std::make_shared<Channel>(fd, o_.job_token));
   }
   for (size_t i = 0; i < pending_.size();) {
     std::vector<nlohmann::json> messages;

@@ -10,6 +10,7 @@
 #include "cohort/error.h"
 #include "elastic_options.h"
 #include "host_info.h"
+#include "job_token.h"
 #include "program_path.h"
 #include "socket_util.h"
 
@@ -84,6 +85,7 @@ void finalize_options(RunOptions& o) {
               "token (--dashboard-token T or COHORT_DASHBOARD_TOKEN) that every request must carry");
   require(!o.command.empty(), "no program given: usage is cohort run [options] [--] PROGRAM [ARGS...]");
 
+  load_job_token(o);
   o.master_addr = resolve_ipv4(o.master_addr);
   o.command[0] = resolve_program(o.command[0]);
 

@@ -43,6 +43,10 @@ struct RunOptions {
   std::string on_nan;             // stop, skip or warn: COHORT_ON_NAN for the workers; empty: theirs (stop)
   double stall_timeout_s = 60;    // no step anywhere this long: a "stall" anomaly (0: off)
   double straggler_factor = 1.5;  // busy time above this x the other ranks' median: a straggler
+  // The job's secret (job_token.h): --job-token-file, else $COHORT_JOB_TOKEN; empty until the
+  // rendezvous makes one (one node, or the host of several) or refuses to go on without it.
+  std::string job_token_file;
+  std::string job_token;
 };
 
 /// The port the agents coordinate on (node 0 listens there): the store's port + 1.
@@ -57,12 +61,12 @@ constexpr int kMaxThreadsPerProc = 1024;
 /// cohort::ConfigError. The run directory's default is made later, by the agent that leads.
 void finalize_options(RunOptions& options);
 
-/// True for a loopback address ("127.0.0.1", any 127.x, "localhost", "::1").
 /// Throws ConfigError naming `flag` unless `s` is a finite number of seconds above 0 (or also 0,
 /// where 0 turns a feature off) and at most `max_s` — "inf" or "nan" would overflow every deadline
 /// computed from it.
 void require_seconds(double s, const std::string& flag, bool zero_allowed, double max_s = 7 * 24 * 3600.0);
 
+/// True for a loopback address ("127.0.0.1", any 127.x, "localhost", "::1").
 bool is_loopback_host(const std::string& host);
 
 }  // namespace cohort::launcher

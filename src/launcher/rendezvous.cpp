@@ -14,6 +14,7 @@
 #include "cohort/error.h"
 #include "elastic_coordinators.h"
 #include "elastic_options.h"
+#include "job_token.h"
 #include "peer_coordinators.h"
 #include "peer_protocol.h"
 #include "signal_pipe.h"
@@ -68,7 +69,7 @@ RendezvousResult host(const RunOptions& o, SignalPipe& signals) {
     signals.throw_if_interrupted();
     if (fds[1].revents & POLLIN) {
       int fd = accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC);
-      if (fd >= 0) pending.push_back(std::make_unique<Channel>(fd));
+      if (fd >= 0) pending.push_back(std::make_unique<Channel>(fd, o.job_token));
     }
     for (size_t i = 0; i < pending.size();) {
       std::vector<nlohmann::json> messages;
@@ -130,7 +131,7 @@ RendezvousResult join(const RunOptions& o, SignalPipe& signals) {
     poll(&p, 1, std::min(ms_left(deadline), 200));
     signals.throw_if_interrupted();
   }
-  auto channel = std::make_unique<Channel>(fd);
+  auto channel = std::make_unique<Channel>(fd, o.job_token);
   channel->send({{"type", "join"}, {"node_rank", o.node_rank}, {"nnodes", o.nnodes}, {"nproc", o.nproc_per_node}});
   for (;;) {
     if (ms_left(deadline) == 0) {
@@ -155,22 +156,30 @@ RendezvousResult join(const RunOptions& o, SignalPipe& signals) {
       }
     }
     if (!open) {
-      throw CommError(-1, "node 0's cohort run at " + where + " closed the connection during the rendezvous");
+      const std::string refusal = channel->refusal();
+      throw CommError(-1, "node 0's cohort run at " + where + " closed the connection during the rendezvous" +
+                              (refusal.empty() ? "" : ": it refused this node's messages: " + refusal));
     }
   }
 }
 
 }  // namespace
 
-RendezvousResult rendezvous(const RunOptions& o, SignalPipe& signals) {
+RendezvousResult rendezvous(RunOptions& o, SignalPipe& signals) {
   if (is_elastic(o)) return elastic_rendezvous(o, signals);
   if (o.nnodes == 1) {
+    ensure_private_job_token(o);
     RendezvousResult result;
     result.assignment = first_assignment(o, o.nproc_per_node, 0);
     result.coordinator = std::make_unique<SoloCoordinator>(result.assignment, o.max_restarts);
     return result;
   }
-  return o.node_rank == 0 ? host(o, signals) : join(o, signals);
+  if (o.node_rank == 0) {
+    ensure_shared_job_token(o);
+    return host(o, signals);
+  }
+  require_job_token(o, "node " + std::to_string(o.node_rank));
+  return join(o, signals);
 }
 
 }  // namespace cohort::launcher

@@ -26,6 +26,6 @@ struct RendezvousResult {
 /// Throws cohort::TimeoutError (a node missing), cohort::ConfigError (nodes disagree, address not
 /// ours), Interrupted (SIGINT / SIGTERM / SIGHUP while waiting), or for an elastic spare node
 /// JobFinished (the job ended before it got a place).
-RendezvousResult rendezvous(const RunOptions& options, SignalPipe& signals);
+RendezvousResult rendezvous(RunOptions& options, SignalPipe& signals);
 
 }  // namespace cohort::launcher

@@ -106,6 +106,7 @@ JobEnv resolve_job_env(const EnvLookup& lookup) {
     }
     env.store_file = *file;
   }
+  if (auto key = get("COHORT_JOB_KEY")) env.job_key = *key;
   if (auto node = get("COHORT_NODE_RANK")) env.node_rank = parse_int("COHORT_NODE_RANK", *node, 0);
   if (auto r = get("COHORT_RESTART_COUNT")) {
     env.restart_count = parse_int("COHORT_RESTART_COUNT", *r, 0);

@@ -8,6 +8,8 @@
 //                  (until killed); prints "restored S" and "saved S" lines
 //   --mode steps   like loop, but stops at step --steps and exits 0 (--steps 0: restore only);
 //                  prints every failed save
+//   --late-ms M    every rank but 0 waits M ms before each save, so that rank 0 asks for their
+//                  commit parts before they are there (the forged-part test, issue 22)
 //   --mode export  writes one checkpoint of a small model with known values and expected.json with
 //                  those values as torch sees them (for an independent safetensors reader)
 #include <CLI/CLI.hpp>
@@ -17,6 +19,7 @@
 
 #include <csignal>
 #include <fstream>
+#include <thread>
 #include <iostream>
 
 #include "runtime/torch_compat_internal.h"
@@ -54,7 +57,8 @@ void check_restored(Probe& probe, torch::optim::SGD& sgd, int64_t step) {
   }
 }
 
-int run_training(const std::string& dir, int64_t floats, bool async, int64_t steps, int keep, bool exit_at_once) {
+int run_training(const std::string& dir, int64_t floats, bool async, int64_t steps, int keep, bool exit_at_once,
+                 int late_ms) {
   auto ctx = cohort::init();
   Probe probe(floats);
   torch::optim::SGD sgd(probe.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
@@ -71,6 +75,7 @@ int run_training(const std::string& dir, int64_t floats, bool async, int64_t ste
   }
   for (int64_t s = checkpoints.step() + 1; s <= steps; ++s) {
     set_step_values(probe, sgd, s);
+    if (late_ms > 0 && ctx->rank() != 0) std::this_thread::sleep_for(std::chrono::milliseconds(late_ms));
     std::string before = checkpoints.last_error();
     if (checkpoints.maybe_save(cohort::TrainingState{&probe, &sgd, nullptr}) && !async) std::cout << "saved " << s << std::endl;
     if (checkpoints.last_error() != before && !checkpoints.last_error().empty())
@@ -127,8 +132,9 @@ int main(int argc, char** argv) {
   std::string dir, mode = "loop";
   int64_t floats = 1 << 20, steps = 0;
   bool async = false, ignore_xfsz = false, exit_at_once = false;
-  int keep = 2;
+  int keep = 2, late_ms = 0;
   app.add_option("--dir", dir)->required();
+  app.add_option("--late-ms", late_ms);
   app.add_option("--mode", mode)->check(CLI::IsMember({"loop", "steps", "export"}));
   app.add_option("--floats", floats);
   app.add_option("--steps", steps);
@@ -140,7 +146,7 @@ int main(int argc, char** argv) {
   if (ignore_xfsz) std::signal(SIGXFSZ, SIG_IGN);
   try {
     if (mode == "export") return run_export(dir);
-    return run_training(dir, floats, async, mode == "loop" ? INT64_MAX : steps, keep, exit_at_once);
+    return run_training(dir, floats, async, mode == "loop" ? INT64_MAX : steps, keep, exit_at_once, late_ms);
   } catch (const std::exception& e) {
     std::cerr << "ckpt_probe: " << e.what() << std::endl;
     return 1;

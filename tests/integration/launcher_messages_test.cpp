@@ -72,12 +72,16 @@ TEST(LauncherMessages, WrongKindsAreNamed) {
 TEST(LauncherMessages, ChannelStopsAtTheFirstMessageThatIsNotOne) {
   int sv[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-  Channel reader(sv[0]);
-  const std::string lines = "{\"type\":\"beat\"}\n{\"type\":\"done\",\"round\":\"x\"}\n{\"type\":\"beat\"}\n";
-  ASSERT_EQ(write(sv[1], lines.data(), lines.size()), static_cast<ssize_t>(lines.size()));
+  const std::string token(64, 'k');
+  Channel reader(sv[0], token), writer(sv[1], token);  // authentic, but the second message is mistyped
+  ASSERT_TRUE(writer.send({{"type", "beat"}}));
+  ASSERT_TRUE(writer.send({{"type", "done"}, {"round", "x"}}));
+  ASSERT_TRUE(writer.send({{"type", "beat"}}));
   std::vector<json> got;
-  EXPECT_FALSE(reader.receive(got));  // the sender is not an agent: the channel is done
+  EXPECT_FALSE(reader.receive(got));  // the sender is not an agent of this protocol: the channel is done
   ASSERT_EQ(got.size(), 1u);          // what came before still counts, nothing after
   EXPECT_EQ(got[0]["type"], "beat");
-  close(sv[1]);
+  std::vector<json> none;
+  EXPECT_FALSE(writer.receive(none));  // and the sender was told why
+  EXPECT_NE(writer.refusal().find("\"round\" is \"x\""), std::string::npos) << writer.refusal();
 }

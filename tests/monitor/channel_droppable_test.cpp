@@ -18,7 +18,10 @@ TEST(ChannelDroppable, NeverWaitsDropsWhenFullAndKeepsMessagesWhole) {
   int small = 4096;
   setsockopt(fds[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof(small));
   setsockopt(fds[1], SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
-  Channel sender(fds[0]), receiver(fds[1]);
+  const std::string token(64, 't');
+  Channel sender(fds[0], token), receiver(fds[1], token);
+  // Droppable sends never wait, so not for the receiver's hello either: let it arrive first.
+  ASSERT_TRUE(sender.send({{"type", "beat"}}));
   const std::string pad(200, 'x');
   size_t sent = 0, dropped = 0;
   const auto t0 = std::chrono::steady_clock::now();
@@ -40,7 +43,7 @@ TEST(ChannelDroppable, NeverWaitsDropsWhenFullAndKeepsMessagesWhole) {
   });
   ASSERT_TRUE(sender.send({{"type", "stop"}, {"round", 3}}));
   reader.join();
-  ASSERT_EQ(got.size(), sent + 1);
-  for (size_t k = 1; k + 1 < got.size(); ++k) EXPECT_LT(got[k - 1]["i"], got[k]["i"]);
+  ASSERT_EQ(got.size(), sent + 2);  // the first beat, the monitor messages kept, the stop
+  for (size_t k = 2; k + 1 < got.size(); ++k) EXPECT_LT(got[k - 1]["i"], got[k]["i"]);
   EXPECT_EQ(got.back()["round"], 3);
 }

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/commit_parts.h"
 #include "checkpoint/safetensors.h"
 #include "cohort/distributed_sampler.h"
 #include "cohort/error.h"
@@ -152,4 +153,29 @@ TEST(CheckpointHostile, OnlyRegularFilesAreRead) {
   EXPECT_FALSE(ckpt::read_manifest(big.string(), &problem).has_value());
   EXPECT_NE(problem.find("more than the"), std::string::npos) << problem;
   fs::remove_all(dir);
+}
+
+// A rank's part of a commit travels through the job's store, which a stranger may write to (a
+// TCPStore on the master address): with the job key, only the rank's own part for this save and
+// this round is taken (issue 22).
+TEST(CheckpointHostile, CommitPartsAreTakenOnlyWhenAuthentic) {
+  const std::string key(64, 'k'), at = "cohort/ckpt/0/3/1";
+  const json part{{"rank", 1}, {"rng_cpu", "00"}, {"rng_cuda", json::array()}};
+  const std::string sealed = ckpt::sealed_part(key, at, 2, part);
+  ASSERT_TRUE(ckpt::opened_part(key, at, 2, sealed).has_value());
+  EXPECT_EQ(*ckpt::opened_part(key, at, 2, sealed), part);
+  EXPECT_FALSE(ckpt::opened_part(key, at, 2, R"({"error": "forged by a stranger"})"));  // the probe's attack
+  EXPECT_FALSE(ckpt::opened_part(key, at, 2, std::string(64, '0') + " {\"rank\": 1}"));
+  EXPECT_FALSE(ckpt::opened_part(key, "cohort/ckpt/0/4/1", 2, sealed));  // replayed into a later save
+  EXPECT_FALSE(ckpt::opened_part(key, "cohort/ckpt/0/3/0", 2, sealed));  // ... or as another rank's
+  EXPECT_FALSE(ckpt::opened_part(key, at, 3, sealed));                   // ... or in the next round
+  EXPECT_FALSE(ckpt::opened_part(std::string(64, 'x'), at, 2, sealed));  // another job's key
+  std::string tampered = sealed;
+  tampered[tampered.size() - 3] ^= 1;
+  EXPECT_FALSE(ckpt::opened_part(key, at, 2, tampered));
+  // Without a key (a program not started by cohort run) parts are plain JSON objects, as before.
+  EXPECT_EQ(ckpt::sealed_part("", at, 0, part), part.dump());
+  EXPECT_TRUE(ckpt::opened_part("", at, 0, part.dump()).has_value());
+  EXPECT_FALSE(ckpt::opened_part("", at, 0, "not json"));
+  EXPECT_FALSE(ckpt::opened_part("", at, 0, "[1, 2]"));
 }
