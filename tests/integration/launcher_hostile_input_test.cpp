@@ -177,6 +177,7 @@ TEST(LauncherHostileInput, ForgedCheckpointCommitPartsInTheStoreHarmNoCheckpoint
   const std::string attack =
       "import datetime, sys, time\n"
       "from torch.distributed import TCPStore\n"
+      "open('" + temp.path() + "/stranger-ready', 'w').close()\n"
       "deadline = time.time() + 60\n"
       "while True:\n"
       "    try:\n"
@@ -190,8 +191,12 @@ TEST(LauncherHostileInput, ForgedCheckpointCommitPartsInTheStoreHarmNoCheckpoint
       "        for rank in range(2):\n"
       "            s.set('cohort/ckpt/%d/%d/%d' % (seq, save, rank), '{\"error\": \"forged by a stranger\"}')\n"
       "print('forged', flush=True)\n";
-  Child n0(node(0)), n1(node(1));
+  // The stranger first (importing torch takes seconds), then the job.
   Child stranger({python ? python : "/usr/bin/python3", "-c", attack});
+  const std::string ready = temp.path() + "/stranger-ready";
+  for (int i = 0; i < 1200 && access(ready.c_str(), F_OK) != 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  Child n0(node(0)), n1(node(1));
   Result r0 = n0.wait(240), r1 = n1.wait(240), rs = stranger.wait(120);
   ASSERT_FALSE(r0.timed_out || r1.timed_out);
   EXPECT_NE(rs.out.find("forged"), std::string::npos) << rs.err;  // the attack did reach the store
