@@ -120,10 +120,7 @@ bool Channel::learn_peer_nonce(int wait_ms) {
   }
 }
 
-std::string Channel::sealed(const nlohmann::json& message, bool replace_invalid_utf8) {
-  const std::string text = replace_invalid_utf8
-                               ? message.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
-                               : message.dump();
+std::string Channel::sealed(const std::string& text) {
   std::string peer;
   {
     std::lock_guard<std::mutex> lock(read_mu_);
@@ -137,7 +134,7 @@ std::string Channel::sealed(const nlohmann::json& message, bool replace_invalid_
 bool Channel::send(const nlohmann::json& message) {
   std::lock_guard<std::mutex> lock(send_mu_);
   if (!learn_peer_nonce(kHelloWaitMs)) return false;  // no hello: not a peer we can talk to
-  const std::string line = sealed(message, false);
+  const std::string line = sealed(message.dump());
   if (!unsent_.empty()) {  // whole lines only: what is queued goes first
     if (!write_all(fd_, unsent_)) return false;
     unsent_.clear();
@@ -153,12 +150,12 @@ bool Channel::send_droppable(const nlohmann::json& message, size_t limit) {
     return false;
   }
   if (!flush_locked()) return false;
-  const size_t estimate = message.dump().size() + kMacDigits + 2;
-  if (unsent_.size() + estimate > limit) {  // checked before sealing: a dropped message takes no number
+  const std::string text = message.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (unsent_.size() + text.size() + kMacDigits + 2 > limit) {  // before sealing: a dropped message takes no number
     ++dropped_;
     return false;
   }
-  unsent_ += sealed(message, true);
+  unsent_ += sealed(text);
   return flush_locked();
 }
 

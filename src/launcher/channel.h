@@ -58,7 +58,7 @@ class Channel {
  private:
   bool learn_peer_nonce(int wait_ms);  // takes read_mu_; true once the peer's hello is in
   bool take_hello_locked();            // read_mu_ held: the hello off the front of buffer_
-  std::string sealed(const nlohmann::json& message, bool replace_invalid_utf8);  // send_mu_ held
+  std::string sealed(const std::string& text);  // send_mu_ held: "<mac> <text>\n", numbered
   bool flush_locked();                 // send_mu_ held
   void refuse(const std::string& why);  // names the peer once on stderr, tells it why
 
