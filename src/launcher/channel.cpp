@@ -53,12 +53,10 @@ std::string nonce_of_hello(std::string_view line) {
   return nonce.size() == 2 * kNonceBytes && is_hex(nonce) ? std::string(nonce) : "";
 }
 
-// What the MAC covers: who sent it to whom on this connection, its number there, and the message.
-std::string signed_text(const std::string& from_nonce, const std::string& to_nonce, uint64_t n,
-                        std::string_view json) {
-  std::string s = "cohort-message-1 " + from_nonce + " " + to_nonce + " " + std::to_string(n) + "\n";
-  s.append(json.data(), json.size());
-  return s;
+// What a message's MAC binds it to besides its JSON: who sent it to whom on this connection, and
+// its number there.
+std::string context(const std::string& from_nonce, const std::string& to_nonce, uint64_t n) {
+  return "cohort-message-1 " + from_nonce + " " + to_nonce + " " + std::to_string(n) + "\n";
 }
 
 // A peer's refusal reason, for quoting in an error: printable ASCII only, at most 300 characters.
@@ -126,9 +124,7 @@ std::string Channel::sealed(const std::string& text) {
     std::lock_guard<std::mutex> lock(read_mu_);
     peer = peer_nonce_;
   }
-  const std::string mac = detail::hmac_sha256_hex(key_, signed_text(own_nonce_, peer, sent_, text));
-  ++sent_;
-  return mac + " " + text + "\n";
+  return detail::sealed_text(key_, context(own_nonce_, peer, sent_++), text) + "\n";
 }
 
 bool Channel::send(const nlohmann::json& message) {
@@ -222,17 +218,15 @@ bool Channel::receive(std::vector<nlohmann::json>& out) {
       }
       continue;
     }
-    const bool framed = line.size() > kMacDigits + 1 && line[kMacDigits] == ' ';
-    const std::string_view text = framed ? line.substr(kMacDigits + 1) : std::string_view();
-    if (!framed || !detail::same_mac(line.substr(0, kMacDigits),
-                                     detail::hmac_sha256_hex(key_, signed_text(peer_nonce_, own_nonce_, received_, text)))) {
+    const auto text = detail::opened_text(key_, context(peer_nonce_, own_nonce_, received_), line);
+    if (!text) {
       refuse("a message that fails authentication (not from an agent of this job: every node needs the same job "
              "token, --job-token-file or COHORT_JOB_TOKEN)");
       open = false;
       break;
     }
     ++received_;
-    auto message = nlohmann::json::parse(text.begin(), text.end(), nullptr, false);
+    auto message = nlohmann::json::parse(text->begin(), text->end(), nullptr, false);
     const std::string problem = message.is_discarded() ? "a line that is not JSON" : agent_message_problem(message);
     if (!problem.empty()) {  // authentic but not a message of this protocol: never acted on
       refuse(problem);

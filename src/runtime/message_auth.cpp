@@ -46,6 +46,25 @@ std::string random_hex(size_t n) {
   return hex(bytes.data(), n);
 }
 
+std::string sealed_text(std::string_view key, std::string_view context, std::string_view text) {
+  std::string signed_part(context);
+  signed_part.append(text.data(), text.size());
+  std::string out = hmac_sha256_hex(key, signed_part);
+  out += ' ';
+  out.append(text.data(), text.size());
+  return out;
+}
+
+std::optional<std::string_view> opened_text(std::string_view key, std::string_view context, std::string_view sealed) {
+  constexpr size_t kMacDigits = 64;
+  if (sealed.size() <= kMacDigits || sealed[kMacDigits] != ' ') return std::nullopt;
+  const std::string_view text = sealed.substr(kMacDigits + 1);
+  std::string signed_part(context);
+  signed_part.append(text.data(), text.size());
+  if (!same_mac(sealed.substr(0, kMacDigits), hmac_sha256_hex(key, signed_part))) return std::nullopt;
+  return text;
+}
+
 std::string derive_key(std::string_view token, std::string_view purpose) {
   return hmac_sha256_hex(token, std::string("cohort key: ") + std::string(purpose));
 }

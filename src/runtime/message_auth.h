@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -19,6 +20,13 @@ bool same_mac(std::string_view a, std::string_view b);
 
 /// `n` bytes from OpenSSL's CSPRNG as 2n lowercase hex digits. Throws when the generator fails.
 std::string random_hex(size_t n);
+
+/// `text` as "<mac> <text>": the MAC is the HMAC-SHA256 under `key` of `context` (what else the
+/// message is bound to: its sender, number, place) followed by `text`.
+std::string sealed_text(std::string_view key, std::string_view context, std::string_view text);
+
+/// The text of a sealed_text() value when its MAC is right for `key` and `context`; else nullopt.
+std::optional<std::string_view> opened_text(std::string_view key, std::string_view context, std::string_view sealed);
 
 /// A key for one purpose derived from the job's token (HMAC of the purpose under the token), so
 /// that a key handed to the workers ("checkpoint parts") is not the one that signs agent messages.
