@@ -10,6 +10,8 @@
 //                  prints every failed save
 //   --late-ms M    every rank but 0 waits M ms before each save, so that rank 0 asks for their
 //                  commit parts before they are there (the forged-part test, issue 22)
+//   --hold-at S --hold-for FILE   every rank waits before step S until FILE exists (at most 120 s),
+//                  so that a test's stranger acts at a known point of the run
 //   --mode export  writes one checkpoint of a small model with known values and expected.json with
 //                  those values as torch sees them (for an independent safetensors reader)
 #include <CLI/CLI.hpp>
@@ -20,6 +22,7 @@
 #include <csignal>
 #include <fstream>
 #include <thread>
+#include <unistd.h>
 #include <iostream>
 
 #include "runtime/torch_compat_internal.h"
@@ -58,7 +61,7 @@ void check_restored(Probe& probe, torch::optim::SGD& sgd, int64_t step) {
 }
 
 int run_training(const std::string& dir, int64_t floats, bool async, int64_t steps, int keep, bool exit_at_once,
-                 int late_ms) {
+                 int late_ms, int64_t hold_at, const std::string& hold_for) {
   auto ctx = cohort::init();
   Probe probe(floats);
   torch::optim::SGD sgd(probe.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
@@ -74,6 +77,11 @@ int run_training(const std::string& dir, int64_t floats, bool async, int64_t ste
     std::cout << "restored none" << std::endl;
   }
   for (int64_t s = checkpoints.step() + 1; s <= steps; ++s) {
+    if (s == hold_at) {
+      for (int i = 0; i < 2400 && access(hold_for.c_str(), F_OK) != 0; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      std::cout << "held at " << s << (access(hold_for.c_str(), F_OK) == 0 ? "" : " (gave up waiting)") << std::endl;
+    }
     set_step_values(probe, sgd, s);
     if (late_ms > 0 && ctx->rank() != 0) std::this_thread::sleep_for(std::chrono::milliseconds(late_ms));
     std::string before = checkpoints.last_error();
@@ -133,8 +141,12 @@ int main(int argc, char** argv) {
   int64_t floats = 1 << 20, steps = 0;
   bool async = false, ignore_xfsz = false, exit_at_once = false;
   int keep = 2, late_ms = 0;
+  int64_t hold_at = -1;
+  std::string hold_for;
   app.add_option("--dir", dir)->required();
   app.add_option("--late-ms", late_ms);
+  app.add_option("--hold-at", hold_at);
+  app.add_option("--hold-for", hold_for);
   app.add_option("--mode", mode)->check(CLI::IsMember({"loop", "steps", "export"}));
   app.add_option("--floats", floats);
   app.add_option("--steps", steps);
@@ -146,7 +158,8 @@ int main(int argc, char** argv) {
   if (ignore_xfsz) std::signal(SIGXFSZ, SIG_IGN);
   try {
     if (mode == "export") return run_export(dir);
-    return run_training(dir, floats, async, mode == "loop" ? INT64_MAX : steps, keep, exit_at_once, late_ms);
+    return run_training(dir, floats, async, mode == "loop" ? INT64_MAX : steps, keep, exit_at_once, late_ms, hold_at,
+                        hold_for);
   } catch (const std::exception& e) {
     std::cerr << "ckpt_probe: " << e.what() << std::endl;
     return 1;

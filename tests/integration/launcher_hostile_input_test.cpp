@@ -160,7 +160,7 @@ TEST(LauncherHostileInput, ForgedCheckpointCommitPartsInTheStoreHarmNoCheckpoint
   // its master address) and writes {"error": ...} as every rank's commit part of the next saves.
   // Rank 1 reports late (ckpt_probe --late-ms), so rank 0 finds the forged part of rank 1 there
   // before the real one: without authentication each of those saves failed. The stranger forges
-  // the saves from the 20th on, seconds ahead: a forged value written over a rank's real part in
+  // the saves from the 20th on while the ranks hold at step 10 (ckpt_probe --hold-at): a forged value written over a rank's real part in
   // the moment between its set and rank 0's read would lose that part (the store's keys are
   // anyone's to overwrite: a denial of service the token cannot prevent, docs/security.md).
   const char* python = std::getenv("COHORT_PYTHON");
@@ -172,7 +172,8 @@ TEST(LauncherHostileInput, ForgedCheckpointCommitPartsInTheStoreHarmNoCheckpoint
                                     "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port",
                                     std::to_string(port), "--rdzv-timeout", "60", "--threads-per-proc", "1", "--",
                                     CKPT_PROBE_BIN, "--dir", dir, "--mode", "steps", "--steps", "40", "--floats",
-                                    "1000", "--late-ms", "300"};
+                                    "1000", "--late-ms", "300", "--hold-at", "10", "--hold-for",
+                                    temp.path() + "/forged"};
   };
   const std::string attack =
       "import datetime, sys, time\n"
@@ -190,6 +191,7 @@ TEST(LauncherHostileInput, ForgedCheckpointCommitPartsInTheStoreHarmNoCheckpoint
       "    for save in range(20, 40):\n"
       "        for rank in range(2):\n"
       "            s.set('cohort/ckpt/%d/%d/%d' % (seq, save, rank), '{\"error\": \"forged by a stranger\"}')\n"
+      "open('" + temp.path() + "/forged', 'w').close()\n"
       "print('forged', flush=True)\n";
   // The stranger first (importing torch takes seconds), then the job.
   Child stranger({python ? python : "/usr/bin/python3", "-c", attack});
@@ -204,6 +206,7 @@ TEST(LauncherHostileInput, ForgedCheckpointCommitPartsInTheStoreHarmNoCheckpoint
   EXPECT_EQ(r1.exit_code(), 0) << r1.err;
   EXPECT_EQ(r0.out.find("save failed"), std::string::npos) << r0.out;
   EXPECT_NE(r0.out.find("saved 40"), std::string::npos) << r0.out;
+  EXPECT_EQ(r0.out.find("gave up waiting"), std::string::npos) << r0.out;  // the forging came first
   // Rank 0 met the forged parts and waited for the real ones.
   EXPECT_NE(r0.err.find("ignored a checkpoint commit part for rank 1"), std::string::npos) << r0.err;
   Result verify = run({COHORT_BIN, "ckpt", "verify", dir + "/step-00000040"}, 60);
