@@ -6,6 +6,7 @@
 # fuzz/corpus/<harness>/; what the fuzzer finds grows build-fuzz/corpus/<harness>/ (kept between
 # runs), a crash lands in build-fuzz/crashes/ and fails the script. Prints one line per harness: runs, seconds, coverage, and whether it crashed.
 #   [FUZZ_JOBS=N] [FUZZ_HARNESSES="NAME..."] bash bench/fuzz.sh [SECONDS]
+# SECONDS 0 only builds the harnesses (CI builds them beside a test suite, then fuzzes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-30}"
@@ -27,6 +28,7 @@ COHORT_SETUP_NO_BUILD=1 bash scripts/setup.sh  # nlohmann-json, spdlog, xxhash h
 
 cmake -S fuzz -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build-fuzz >/dev/null
+[ "$seconds" -gt 0 ] || { echo "fuzz: harnesses built in build-fuzz"; exit 0; }
 
 harnesses=(manifest safetensors_header sampler_state agent_message channel_frames worker_datagram event_log)
 # FUZZ_HARNESSES="a b" runs only those (e.g. the new ones, for their first long run).
