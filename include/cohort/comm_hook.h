@@ -27,6 +27,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "cohort/sharded_state.h"
+
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -75,6 +77,16 @@ class CommHook {
   /// The average of bucket.buffer over the world: a tensor of the buffer's size and dtype (the
   /// buffer itself, written in place, is fine).
   virtual at::Tensor run(GradBucket& bucket, HookComm& comm) = 0;
+  /// What this rank's hook remembers between steps, for checkpoints (the Checkpointer saves it
+  /// per rank through DistributedDataParallel). Default: nothing.
+  virtual RankState state() const { return {}; }
+  /// Takes back state() as saved: by this rank (`same_world`), or by a rank of a job of another
+  /// size; `saved` is empty when the checkpoint holds none. Throw (any std::exception) for state
+  /// this hook cannot use: the restore fails with a CheckpointError naming the rank.
+  virtual void load_state(const RankState& saved, bool same_world) {
+    (void)saved;
+    (void)same_world;
+  }
 };
 
 /// fp16 on the wire. Gradients beyond fp16's range (about 65504 after dividing by the world
@@ -100,8 +112,10 @@ struct PowerSGDOptions {
   uint64_t seed = 0;
 };
 
-/// PyTorch's powerSGD_hook. Its state (error feedback, Qs, the step count) lives in the hook,
-/// per rank; a restart from a checkpoint starts it again (plain allreduce for start_step steps).
+/// PyTorch's powerSGD_hook. Its state (error feedback, Qs, the step count, the seeds) lives in the
+/// hook, per rank, and checkpoints keep it: a restart on the same world size goes on bitwise; on
+/// another, it keeps the step count and the Qs (the same on every rank) and starts the error
+/// feedback from zero (each rank's own residual has no meaning in the new split of the data).
 /// One deliberate difference: an all-zero gradient (an unused parameter) gives zeros, not NaN.
 std::shared_ptr<CommHook> powersgd_hook(PowerSGDOptions options = {});
 

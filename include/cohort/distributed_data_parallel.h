@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "cohort/module_wrapper.h"
+#include "cohort/sharded_state.h"
 
 namespace cohort {
 
@@ -85,7 +86,7 @@ class DataParallelCore;  // the implementation (src/parallel/data_parallel_core.
 
 /// What DistributedDataParallel does independently of the wrapped module's type: the model check,
 /// broadcasts, gradient buckets and hooks (implemented in the library).
-class DataParallelBase : public GradientSync {
+class DataParallelBase : public GradientSync, public RankStateCheckpointable {
  public:
   ~DataParallelBase() override;
   DataParallelBase(const DataParallelBase&) = delete;
@@ -101,6 +102,10 @@ class DataParallelBase : public GradientSync {
   DDPStats stats() const;
   /// Bucket layout: for each bucket, the names of its parameters (for tests and diagnostics).
   std::vector<std::vector<std::string>> bucket_layout() const;
+  /// The comm hook's state (CommHook::state()), which checkpoints keep per rank.
+  RankState rank_state() override;
+  /// Gives the comm hook its saved state (CommHook::load_state()).
+  void load_rank_state(const RankState& saved, bool same_world) override;
 
  protected:
   /// Checks the model against the other ranks' and takes rank 0's values (collective).

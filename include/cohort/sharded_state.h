@@ -67,4 +67,24 @@ class ShardedCheckpointable {
   virtual FullState full_state(const torch::optim::Optimizer* optimizer) = 0;
 };
 
+/// One rank's own state beside a replicated checkpoint (RankStateCheckpointable).
+struct RankState {
+  std::string text;         ///< small settings and counters (JSON, say)
+  NamedTensorList tensors;  ///< this rank's tensors (live ones when saving)
+  bool empty() const { return text.empty() && tensors.empty(); }
+};
+
+/// What the Checkpointer asks of a replicated model whose ranks also hold state of their own:
+/// DistributedDataParallel with a communication hook that remembers (PowerSGD's error feedback
+/// and Qs). Each rank writes rank-<r>-of-<W>.safetensors beside rank 0's model file.
+class RankStateCheckpointable {
+ public:
+  virtual ~RankStateCheckpointable() = default;
+  /// This rank's state now; empty: nothing to save.
+  virtual RankState rank_state() = 0;
+  /// Gives back what this rank saved (`same_world`), or what saved rank (rank mod saved world
+  /// size) saved in a job of another size; empty when the checkpoint holds none.
+  virtual void load_rank_state(const RankState& saved, bool same_world) = 0;
+};
+
 }  // namespace cohort

@@ -16,7 +16,9 @@
 // shard-<rank>-of-<world>.safetensors (role "shard") and rank 0 writes the replicated buffers as
 // model.safetensors; in step 3 each rank's part lists its file; the commit adds them to the manifest
 // with the layout ("sharding"). Restore reads the replicated files on every rank and lets the module
-// cut its own slices out of the saved shard files (resharding to any world size).
+// cut its own slices out of the saved shard files (resharding to any world size). A replicated
+// model whose ranks keep state of their own (a RankStateCheckpointable: DDP with PowerSGD) has
+// every rank write its rank-<r>-of-<W> file in step 2 (rank_state_file.h).
 #include "cohort/checkpointer.h"
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -36,6 +38,7 @@
 
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/commit_parts.h"
+#include "checkpoint/rank_state_file.h"
 #include "checkpoint/shard_files.h"
 #include "checkpoint/training_state.h"
 #include "cohort/context.h"
@@ -92,6 +95,9 @@ struct SaveJob {
   NamedTensors model, optimizer;  // rank 0: staged copies
   NamedTensors shard;             // sharded state: this rank's shard, every rank
   bool sharded = false;
+  bool has_rank_state = false;    // a RankStateCheckpointable's state: every rank writes its own
+  NamedTensors rank_tensors;
+  std::string rank_text;
   std::string sharding_json;      // sharded state: the layout for the manifest
   std::string optimizer_json, sampler_json;
   ckpt::RankRng rng;
@@ -139,6 +145,12 @@ class Checkpointer::Impl {
         job.model = copy ? stage(replicated, staged_model_) : cpu_contiguous(replicated);
       }
       return job;
+    }
+    if (auto* own = dynamic_cast<RankStateCheckpointable*>(state.module)) {
+      RankState s = own->rank_state();
+      job.has_rank_state = !s.empty();
+      job.rank_text = std::move(s.text);
+      job.rank_tensors = copy ? stage(s.tensors, staged_rank_) : cpu_contiguous(s.tensors);
     }
     if (rank_ == 0) {  // replicated state: one writer
       job.model = ckpt::module_tensors(*state.module);
@@ -211,15 +223,16 @@ class Checkpointer::Impl {
   void write_and_commit(const SaveJob& job) {
     const std::string path = owner_.dir_ + "/" + ckpt::step_dir_name(job.step);
     nlohmann::json part{{"rank", rank_}, {"rng_cpu", job.rng.cpu}, {"rng_cuda", job.rng.cuda}};
+    if (job.has_rank_state) part["rank_state"] = job.rank_text;
     std::vector<ckpt::ManifestFile> files;
     try {
-      if (rank_ == 0 || job.sharded) files = write_files(job, path);
+      if (rank_ == 0 || job.sharded || job.has_rank_state) files = write_files(job, path);
     } catch (const Error& e) {
       part["error"] = e.what();
       report(job, part);
       throw;
     }
-    if (rank_ != 0) {  // shard files travel to rank 0 in the part
+    if (rank_ != 0) {  // shard and rank_state files travel to rank 0 in the part
       auto& listed = part["files"] = nlohmann::json::array();
       for (const auto& f : files)
         listed.push_back({{"name", f.name}, {"bytes", f.bytes}, {"xxh3", ckpt::to_hex(f.xxh3)}, {"role", f.role}});
@@ -234,18 +247,19 @@ class Checkpointer::Impl {
     const bool existed = ::stat(path.c_str(), &st) == 0;
     make_dir(path, rank_);
     const std::string shard_name = job.sharded ? shard_file_name(rank_, ctx_.world_size()) : std::string();
+    const std::string rank_name = job.has_rank_state ? ckpt::rank_state_file_name(rank_, ctx_.world_size()) : "";
     if (existed) {
       // The same step saved before (the job went back to an older checkpoint and got here again):
       // un-commit the old one first, so that nothing mixes old and new files under a manifest.
       if (::unlink((path + "/" + ckpt::kManifestName).c_str()) == 0) ckpt::fsync_dir(path, rank_);
       // A save of this step killed mid-write left temporary files of the names this rank writes
       // (rank 0 also writes the manifest).
-      std::vector<std::string> own{shard_name};
+      std::vector<std::string> own{shard_name, rank_name};
       if (rank_ == 0) own.insert(own.end(), {"model.safetensors", "optimizer.safetensors", ckpt::kManifestName});
       ckpt::remove_temporaries(path, own);
     }
-    // The new directory's entry is durable before its commit (with shards, any rank may have made it).
-    if (rank_ == 0 && (!existed || job.sharded)) ckpt::fsync_dir(owner_.dir_, rank_);
+    // The new directory's entry is durable before its commit (with per-rank files, any rank may have made it).
+    if (rank_ == 0 && (!existed || job.sharded || job.has_rank_state)) ckpt::fsync_dir(owner_.dir_, rank_);
     std::vector<ckpt::ManifestFile> files;
     auto add = [&](const ckpt::FileRecord& r, const char* role) {
       ckpt::ManifestFile f;
@@ -261,6 +275,7 @@ class Checkpointer::Impl {
           add(ckpt::write_tensor_file(path, "optimizer.safetensors", job.optimizer, rank_), "optimizer");
       }
       if (job.sharded) add(ckpt::write_tensor_file(path, shard_name, job.shard, rank_), "shard");
+      if (job.has_rank_state) add(ckpt::write_tensor_file(path, rank_name, job.rank_tensors, rank_), "rank_state");
       ckpt::fsync_dir(path, rank_);
     } catch (const Error&) {
       for (const auto& f : files) ::unlink((path + "/" + f.name).c_str());
@@ -309,6 +324,7 @@ class Checkpointer::Impl {
       rng.cpu = part.at("rng_cpu").get<std::string>();
       rng.cuda = part.at("rng_cuda").get<std::vector<std::string>>();
       m.rng.push_back(rng);
+      if (part.contains("rank_state")) m.rank_state[rng.rank] = part["rank_state"].get<std::string>();
       for (const auto& f : part.value("files", nlohmann::json::array())) {  // other ranks' shard files
         ckpt::ManifestFile mf;
         mf.name = f.at("name").get<std::string>();
@@ -320,6 +336,10 @@ class Checkpointer::Impl {
       }
     }
     m.files = std::move(files);
+    if (!m.rank_state.empty() && m.rank_state.size() != static_cast<size_t>(m.world_size))
+      throw CheckpointError(rank_, "checkpoint " + path + " not committed: " + std::to_string(m.rank_state.size()) + " of " +
+                                       std::to_string(m.world_size) + " ranks reported state of their own (the ranks' "
+                                       "models or comm hooks differ)");
     const std::string text = m.to_json();
     ckpt::AtomicWriter manifest(path, ckpt::kManifestName, rank_);
     manifest.write(text.data(), text.size());
@@ -448,7 +468,7 @@ class Checkpointer::Impl {
   std::atomic<int64_t> committed_{0};
   // The monitor current when the Checkpointer was made: commits may run on the writer thread.
   detail::StepMonitor* monitor_ = &detail::current_step_monitor();
-  std::vector<at::Tensor> staged_model_, staged_optim_, staged_shard_;
+  std::vector<at::Tensor> staged_model_, staged_optim_, staged_shard_, staged_rank_;
   c10::intrusive_ptr<c10d::Store> store_;
   std::string own_part_;
   std::thread writer_;
@@ -572,28 +592,34 @@ std::optional<RestoreInfo> Checkpointer::restore_latest(const TrainingState& sta
 
   // Each rank loads the newest checkpoint it can verify; the ranks then agree on the oldest of
   // their choices (a file one rank cannot read rules that checkpoint out for all) and whoever
-  // holds a newer one loads the agreed one. The step only goes down, so this ends.
+  // holds a newer one loads the agreed one. Every rank takes part in every round (a rank whose
+  // choice already is the oldest keeps it and waits for the others' verdict), until all choices
+  // are the same. The step only goes down, so this ends.
   struct Loaded {
     const ckpt::ListedCheckpoint* listed = nullptr;
     std::vector<std::unique_ptr<ckpt::TensorFileReader>> files;
+    std::unique_ptr<ckpt::TensorFileReader> rank_state;  // the saved rank's own state this rank takes
   };
   Loaded loaded;
   std::set<std::string> warned;
   int64_t bound = INT64_MAX;
   for (;;) {
-    loaded = Loaded{};
+    if (!loaded.listed || loaded.listed->step > bound) loaded = Loaded{};
     for (const auto& c : listed) {
+      if (loaded.listed) break;  // the choice of the last round stands
       if (c.step > bound) continue;
       if (!c.manifest) {
         if (warned.insert(c.path).second) detail::log_warn("skipping checkpoint " + c.path + ": " + c.problem);
         continue;
       }
       try {
-        Loaded attempt{&c, {}};
+        Loaded attempt{&c, {}, nullptr};
         for (const auto& f : c.manifest->files)
           if (f.role == "model" || f.role == "optimizer")  // replicated: every rank reads them
             attempt.files.push_back(std::make_unique<ckpt::TensorFileReader>(c.path, f, rank));  // verified here
         if (!c.manifest->sharding_json.empty()) ckpt::ShardFiles::check_present(c.path, *c.manifest, rank);
+        if (dynamic_cast<RankStateCheckpointable*>(state.module))
+          attempt.rank_state = ckpt::open_rank_state(c.path, *c.manifest, rank);  // verified here
         ckpt::check_manifest_states(*c.manifest, rank);  // sampler, optimizer, RNG: before anything is applied
         loaded = std::move(attempt);
         break;
@@ -605,9 +631,9 @@ std::optional<RestoreInfo> Checkpointer::restore_latest(const TrainingState& sta
       }
     }
     const int64_t mine = loaded.listed ? loaded.listed->step : -1;
-    const int64_t agreed = allreduce_int(*ctx_, mine, c10d::ReduceOp::MIN);
-    if (agreed == mine) break;
-    bound = agreed;
+    const int64_t lowest = allreduce_int(*ctx_, mine, c10d::ReduceOp::MIN);
+    if (allreduce_int(*ctx_, mine, c10d::ReduceOp::MAX) == lowest) break;
+    bound = lowest;
   }
   if (!loaded.listed) return std::nullopt;
 
@@ -646,6 +672,8 @@ std::optional<RestoreInfo> Checkpointer::restore_latest(const TrainingState& sta
       if (f->name() == "optimizer.safetensors")
         ckpt::load_optimizer_state(*state.optimizer, *state.module, *f, m.optimizer_json, rank);
   }
+  if (auto* own = dynamic_cast<RankStateCheckpointable*>(state.module); own && !sharded)
+    own->load_rank_state(ckpt::read_rank_state(loaded.rank_state.get(), m, rank), m.world_size == ctx_->world_size());
   if (state.sampler && !m.sampler_json.empty()) state.sampler->load_state(SamplerState::from_json(m.sampler_json));
   for (const auto& [name, object] : state.user) {
     try {

@@ -30,6 +30,10 @@ std::string Manifest::to_json() const {
   j["metadata"] = metadata;
   if (!user.empty()) j["user"] = user;
   if (!sharding_json.empty()) j["sharding"] = nlohmann::ordered_json::parse(sharding_json);  // sharded only
+  if (!rank_state.empty()) {
+    auto& texts = j["rank_state"] = nlohmann::ordered_json::object();
+    for (const auto& [rank, text] : rank_state) texts[std::to_string(rank)] = text;
+  }
   return j.dump(1) + "\n";
 }
 
@@ -58,12 +62,13 @@ const nlohmann::json& array_field(const nlohmann::json& j, const char* key) {
 void check_required_files(const Manifest& m) {
   std::set<std::string> names;
   int models = 0, optimizers = 0;
-  std::vector<int> shards(static_cast<size_t>(m.world_size), 0);
+  std::vector<int> shards(static_cast<size_t>(m.world_size), 0), rank_states(shards);
   for (const auto& f : m.files) {
     if (!names.insert(f.name).second) throw std::runtime_error("lists \"" + f.name + "\" twice");
     if (f.role == "model") ++models;
     if (f.role == "optimizer") ++optimizers;
     if (f.role == "shard") ++shards[static_cast<size_t>(f.rank)];
+    if (f.role == "rank_state") ++rank_states[static_cast<size_t>(f.rank)];
   }
   if (models != 1) throw std::runtime_error("lists " + std::to_string(models) + " model files, not 1");
   const bool sharded = !m.sharding_json.empty();
@@ -74,6 +79,15 @@ void check_required_files(const Manifest& m) {
     if (shards[r] != (sharded ? 1 : 0))
       throw std::runtime_error("lists " + std::to_string(shards[r]) + " shard files of rank " + std::to_string(r) +
                                (sharded ? ", not 1" : " for replicated state"));
+  }
+  // Ranks' own state: a file and a text for every rank, or for none.
+  const int expected = m.rank_state.empty() ? 0 : 1;
+  if (sharded && expected) throw std::runtime_error("has \"rank_state\" beside sharded state");
+  for (size_t r = 0; r < rank_states.size(); ++r) {
+    if (rank_states[r] != expected || (expected && !m.rank_state.count(static_cast<int>(r))))
+      throw std::runtime_error("lists " + std::to_string(rank_states[r]) + " rank_state files of rank " +
+                               std::to_string(r) + (m.rank_state.count(static_cast<int>(r)) ? " with" : " without") +
+                               " its text; every rank has both, or none");
   }
 }
 
@@ -135,7 +149,7 @@ Manifest Manifest::parse(const std::string& text) {
       mf.xxh3 = from_hex(string_field(f, "xxh3"));
       mf.rank = static_cast<int>(integer_field(f, "rank", 0, m.world_size - 1));
       mf.role = string_field(f, "role");
-      if (mf.role != "model" && mf.role != "optimizer" && mf.role != "shard")
+      if (mf.role != "model" && mf.role != "optimizer" && mf.role != "shard" && mf.role != "rank_state")
         throw std::runtime_error("lists \"" + mf.name + "\" with role \"" + mf.role.substr(0, 40) + "\"");
       m.files.push_back(std::move(mf));
     }
@@ -177,6 +191,13 @@ Manifest Manifest::parse(const std::string& text) {
     if (j.contains("sharding") && !j.at("sharding").is_null()) {
       if (!j.at("sharding").is_object()) throw std::runtime_error("has \"sharding\" that is not an object");
       m.sharding_json = j.at("sharding").dump();
+    }
+    for (const auto& [key, text] : string_map(j, "rank_state")) {
+      const bool digits = !key.empty() && key.size() <= 8 && key.find_first_not_of("0123456789") == std::string::npos;
+      const long long rank = digits ? std::stoll(key) : -1;
+      if (rank < 0 || rank >= m.world_size)
+        throw std::runtime_error("has \"rank_state\" of \"" + key.substr(0, 40) + "\", not a rank of the job");
+      m.rank_state[static_cast<int>(rank)] = text;
     }
     check_required_files(m);
   } catch (const nlohmann::json::exception& e) {

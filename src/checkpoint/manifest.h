@@ -7,7 +7,9 @@
 //    "rank": 0, "role": "model"}, ...], "sampler": {...}, "optimizer": {...},
 //    "rng": [{"rank": 0, "cpu": "<hex>"}, ...], "metadata": {"<key>": "<value>"},
 //    "user": {"<name>": "<Stateful::state_dict() text>"},
-//    "sharding": {...}}   (sharded state only: shard files have role "shard", one per rank)
+//    "sharding": {...},   (sharded state only: shard files have role "shard", one per rank)
+//    "rank_state": {"<rank>": "<text>"}}   (replicated state whose ranks keep state of their own,
+//                         e.g. a DDP comm hook's: files of role "rank_state", one per rank)
 //
 // docs/checkpointing.md describes every field. Internal header, no torch.
 #pragma once
@@ -27,7 +29,8 @@ inline constexpr int kFormatVersion = 1;
 
 struct ManifestFile : FileRecord {
   int rank = 0;      // the rank that wrote it
-  std::string role;  // "model", "optimizer", or "shard" (one rank's part of a sharded state)
+  std::string role;  // "model", "optimizer", "shard" (one rank's part of a sharded state), or
+                     // "rank_state" (one rank's own tensors beside replicated state)
 };
 
 struct RankRng {
@@ -51,6 +54,8 @@ struct Manifest {
   /// Sharded state only: which parameter sits where in each unit's flat buffer ("sharding" field,
   /// layout in include/cohort/sharded_state.h); empty for replicated state.
   std::string sharding_json;
+  /// Each rank's own state's text (RankState::text), with its "rank_state" file; empty: none.
+  std::map<int, std::string> rank_state;
 
   std::string to_json() const;
   /// Throws std::runtime_error naming what is wrong (not JSON, a missing field, another format).

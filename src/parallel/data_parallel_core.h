@@ -31,6 +31,9 @@ class DataParallelCore {
   /// Bucket layout: for each bucket, the names of its parameters (for tests and diagnostics).
   std::vector<std::vector<std::string>> bucket_layout() const;
   void assert_in_sync() const;
+  /// The comm hook's state for checkpoints, and back (DataParallelBase's RankStateCheckpointable).
+  RankState hook_state() const;
+  void load_hook_state(const RankState& saved, bool same_world);
 
  private:
   struct Impl;

@@ -10,6 +10,7 @@
 #include "monitor/worker_monitor.h"
 #include "replica_sync.h"
 #include "runtime/check.h"
+#include "runtime/log.h"
 #include "runtime/context_internals.h"
 
 namespace cohort::detail {
@@ -101,6 +102,28 @@ void DataParallelCore::set_sync(bool enabled) { impl_->reducer->set_sync(enabled
 bool DataParallelCore::sync_enabled() const { return impl_->reducer->sync_enabled(); }
 DDPStats DataParallelCore::stats() const { return impl_->reducer->stats(); }
 std::vector<std::vector<std::string>> DataParallelCore::bucket_layout() const { return impl_->reducer->bucket_layout(); }
+
+RankState DataParallelCore::hook_state() const {
+  return impl_->options.comm_hook ? impl_->options.comm_hook->state() : RankState{};
+}
+
+void DataParallelCore::load_hook_state(const RankState& saved, bool same_world) {
+  const int rank = impl_->ctx->rank();
+  if (!impl_->options.comm_hook) {
+    if (!saved.empty())
+      log_warn("the checkpoint holds a DDP comm hook's state (" + saved.text.substr(0, 80) +
+               "); this model has no comm hook: not used");
+    return;
+  }
+  try {
+    impl_->options.comm_hook->load_state(saved, same_world);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw CheckpointError(rank, "the DDP comm hook '" + impl_->options.comm_hook->describe() +
+                                    "' cannot take the state in the checkpoint: " + e.what());
+  }
+}
 
 void DataParallelCore::assert_in_sync() const {
   assert_same_values(*impl_->ctx, impl_->params, "DistributedDataParallel parameters");

@@ -7,11 +7,15 @@
 //   (seeded, the same on every rank); P = M Q, allreduce P, orthogonalise P; Q = M^T P,
 //   allreduce Q, divide by W; M ≈ P Q^T; the error is the copy minus the result over the whole
 //   bucket (PyTorch's semantics, uncompressed part included: there it averages to zero).
+// Checkpoints keep the hook's state per rank (state()/load_state(): step count, seeds, and per
+// bucket the error, P and Q); a bucket whose saved tensors no longer fit (other bucket sizes)
+// starts afresh, with a warning.
 // Orthogonalisation is Gram–Schmidt (PyTorch's for r ≤ 2 and for 16-bit types; it uses QR above:
 // the same span, so the same P Q^T up to rounding). A zero column stays zero instead of NaN.
 #include <torch/torch.h>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <nlohmann/json.hpp>  // the state's text
 
 #include <map>
 #include <random>
@@ -19,6 +23,7 @@
 
 #include "cohort/comm_hook.h"
 #include "cohort/error.h"
+#include "runtime/log.h"
 
 namespace cohort {
 namespace {
@@ -33,6 +38,22 @@ void orthogonalize(at::Tensor m) {
       rest.sub_((col * rest).sum(0, /*keepdim=*/true) * col);
     }
   }
+}
+
+// The saved tensor for bucket k where it has `numel` elements, moved to `like`'s device; else
+// undefined (and forgotten, with a warning: the bucket starts afresh).
+at::Tensor fitting(std::map<int, at::Tensor>& saved, int k, int64_t numel, const at::Tensor& like, const char* what) {
+  auto it = saved.find(k);
+  if (it == saved.end()) return {};
+  if (it->second.numel() != numel) {
+    detail::log_warn(std::string("PowerSGD: the restored ") + what + " of bucket " + std::to_string(k) +
+                     " does not fit it (other bucket sizes?): the bucket starts afresh");
+    saved.erase(it);
+    return {};
+  }
+  if (it->second.device() != like.device() || it->second.scalar_type() != like.scalar_type())
+    it->second = it->second.to(like.options());
+  return it->second;
 }
 
 struct Matrix {
@@ -92,12 +113,8 @@ class PowerSGDHook final : public CommHook {
     const int k = bucket.index;
     at::Tensor copy;
     if (o_.error_feedback) {
-      auto& error = errors_[k];
-      if (error.defined()) {
+      if (at::Tensor error = fitting(errors_, k, input.numel(), input, "error feedback"); error.defined())
         input.add_(error);
-      } else {
-        error = at::zeros_like(input);
-      }
       copy = input.clone();
     }
     // Step I: which gradients to compress.
@@ -132,7 +149,8 @@ class PowerSGDHook final : public CommHook {
       }
     }
     // Step III: P and Q, warm-started where they exist.
-    const bool fresh = !o_.warm_start || !p_.count(k);
+    const bool fresh = !o_.warm_start || !fitting(p_, k, p_size, input, "P").defined() ||
+                       !fitting(q_, k, q_size, input, "Q").defined();
     if (fresh) {
       p_[k] = at::empty({p_size}, input.options());
       q_[k] = at::empty({q_size}, input.options());
@@ -167,6 +185,54 @@ class PowerSGDHook final : public CommHook {
     }
     if (bucket.is_last) ++step_;
     return input;
+  }
+
+  RankState state() const override {
+    std::ostringstream seeds;
+    seeds << seeds_;
+    RankState s;
+    s.text = nlohmann::json{{"hook", describe()}, {"step", step_}, {"seeds", seeds.str()}}.dump();
+    for (const auto& [prefix, tensors] : {std::pair{"error/", &errors_}, {"p/", &p_}, {"q/", &q_}})
+      for (const auto& [k, t] : *tensors) s.tensors.emplace_back(prefix + std::to_string(k), t);
+    return s;
+  }
+
+  void load_state(const RankState& saved, bool same_world) override {
+    if (saved.empty()) {
+      detail::log(detail::LogLevel::info, "PowerSGD: the checkpoint holds no state of this hook: it starts again "
+                                          "(plain allreduce for " + std::to_string(o_.start_step) + " steps)");
+      return;
+    }
+    const auto j = nlohmann::json::parse(saved.text);  // a parse error: the restore fails, naming the hook
+    if (j.at("hook").get<std::string>() != describe()) {
+      detail::log_warn("PowerSGD: the checkpoint holds the state of " + j.at("hook").get<std::string>() +
+                       ", not of this " + describe() + ": it starts again");
+      return;
+    }
+    std::mt19937_64 seeds;
+    std::istringstream in(j.at("seeds").get<std::string>());
+    in >> seeds;
+    if (!in) throw std::runtime_error("its seeds do not parse");
+    std::map<int, at::Tensor> errors, p, q;
+    for (const auto& [name, t] : saved.tensors) {
+      const auto slash = name.find('/');
+      const std::string kind = name.substr(0, slash);
+      const int k = std::stoi(name.substr(slash + 1));
+      if (kind == "error") {
+        if (same_world) errors[k] = t;  // each rank's own residual: meaningless in another split
+      } else if (kind == "p") {
+        p[k] = t;
+      } else if (kind == "q") {
+        q[k] = t;
+      } else {
+        throw std::runtime_error("it holds an unknown tensor \"" + name + "\"");
+      }
+    }
+    step_ = j.at("step").get<int64_t>();
+    seeds_ = seeds;
+    errors_ = std::move(errors);
+    p_ = std::move(p);
+    q_ = std::move(q);
   }
 
  private:

@@ -18,6 +18,10 @@ void DataParallelBase::set_sync_enabled(bool enabled) { core_->set_sync(enabled)
 void DataParallelBase::assert_in_sync() const { core_->assert_in_sync(); }
 DDPStats DataParallelBase::stats() const { return core_->stats(); }
 std::vector<std::vector<std::string>> DataParallelBase::bucket_layout() const { return core_->bucket_layout(); }
+RankState DataParallelBase::rank_state() { return core_->hook_state(); }
+void DataParallelBase::load_rank_state(const RankState& saved, bool same_world) {
+  core_->load_hook_state(saved, same_world);
+}
 void DataParallelBase::before_forward() { core_->before_forward(); }
 bool DataParallelBase::forward_begin(int64_t samples) { return core_->forward_begin(samples); }
 void DataParallelBase::forward_end(bool marked) { core_->forward_end(marked); }

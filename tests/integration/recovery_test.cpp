@@ -181,6 +181,29 @@ TEST(Recovery, ResumingAtTheLastCheckpointGivesTheUninterruptedRunsResult) {
   fs::remove_all(dir);
 }
 
+// PowerSGD's state (error feedback, Qs, step count) is in every checkpoint, per rank: a job that
+// goes back to the checkpoint of step 20 ends bitwise where the uninterrupted one did. Before
+// checkpoints kept it, the hook restarted with plain allreduce and the result differed.
+TEST(Recovery, PowerSGDResumesFromACheckpointWithTheUninterruptedRunsResult) {
+  if (!have_dataset()) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  const fs::path dir = fs::temp_directory_path() / ("cohort_resume_powersgd_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const std::string job = kCohort + " run --nproc-per-node 2 --threads-per-proc 1 -- " + kExample +
+                          " --model mlp --threads 1 --log-every 0 --comm-hook powersgd --powersgd-rank 2"
+                          " --powersgd-start 5 --ckpt-every 10 --ckpt-dir " + dir.string() + " --max-steps 30";
+  const auto first = run_shell(job);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const std::string expected = results_without_timings(first.output);
+  ASSERT_EQ(count(expected, "\n"), 2u) << first.output;
+  ASSERT_TRUE(fs::exists(dir / "step-00000020" / "rank-00001-of-00002.safetensors"));
+  fs::remove_all(dir / "step-00000030");  // as if the job had failed before its last save
+  const auto again = run_shell(job);
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_TRUE(contains(again.output, "resumed from " + (dir / "step-00000020").string())) << again.output;
+  EXPECT_EQ(results_without_timings(again.output), expected) << again.output;
+  fs::remove_all(dir);
+}
+
 // A process's environment variable as it was started (empty when unset or the process is gone).
 std::string started_with(pid_t pid, const std::string& name) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/environ");

@@ -32,6 +32,11 @@ json good_manifest() {
     "rng":[{"rank":0,"cpu":"00ff","cuda":[]}],"metadata":{}})");
 }
 
+json rank_state_file() {
+  return json{{"name", "rank-00000-of-00001.safetensors"}, {"bytes", 10}, {"xxh3", "0000000000000003"},
+              {"rank", 0}, {"role", "rank_state"}};
+}
+
 std::string manifest_problem(const json& m) {
   try {
     ckpt::Manifest::parse(m.dump());
@@ -57,6 +62,10 @@ std::string header_problem(const std::string& header_json, uint64_t data_bytes) 
 
 TEST(CheckpointHostile, ManifestsThatLieAreRefused) {
   ASSERT_EQ(manifest_problem(good_manifest()), "");
+  json with_rank_state = good_manifest();
+  with_rank_state["files"].push_back(rank_state_file());
+  with_rank_state["rank_state"] = json{{"0", "{}"}};
+  ASSERT_EQ(manifest_problem(with_rank_state), "");
   const std::vector<std::pair<std::function<void(json&)>, std::string>> cases{
       {[](json& m) { m["files"] = json::array(); }, "lists 0 model files"},
       {[](json& m) { m["files"].erase(0); }, "lists 0 model files"},
@@ -78,6 +87,19 @@ TEST(CheckpointHostile, ManifestsThatLieAreRefused) {
       {[](json& m) { m["sampler"] = "x"; }, "\"sampler\" object"},
       {[](json& m) { m.erase("format"); }, "\"format\" string"},
       {[](json& m) { m = json::array(); }, "not a JSON object"},
+      // A rank's own state (a DDP comm hook's): its text and its file, for every rank or none.
+      {[](json& m) { m["rank_state"] = json{{"0", "{}"}}; }, "lists 0 rank_state files of rank 0 with its text"},
+      {[](json& m) { m["files"].push_back(rank_state_file()); }, "lists 1 rank_state files of rank 0 without its text"},
+      {[](json& m) {
+         m["files"].push_back(rank_state_file());
+         m["rank_state"] = json{{"1", "{}"}};
+       },
+       "\"rank_state\" of \"1\", not a rank of the job"},
+      {[](json& m) {
+         m["files"].push_back(rank_state_file());
+         m["rank_state"] = json{{"0", 5}};
+       },
+       "\"rank_state\" with a value that is not a string"},
   };
   for (const auto& [damage, needle] : cases) {
     json m = good_manifest();
