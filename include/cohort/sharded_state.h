@@ -71,12 +71,13 @@ class ShardedCheckpointable {
 struct RankState {
   std::string text;         ///< small settings and counters (JSON, say)
   NamedTensorList tensors;  ///< this rank's tensors (live ones when saving)
+  /// Neither text nor tensors: nothing to save.
   bool empty() const { return text.empty() && tensors.empty(); }
 };
 
 /// What the Checkpointer asks of a replicated model whose ranks also hold state of their own:
 /// DistributedDataParallel with a communication hook that remembers (PowerSGD's error feedback
-/// and Qs). Each rank writes rank-<r>-of-<W>.safetensors beside rank 0's model file.
+/// and Qs). Each rank writes its own file (rank-R-of-W.safetensors) beside rank 0's model file.
 class RankStateCheckpointable {
  public:
   virtual ~RankStateCheckpointable() = default;
