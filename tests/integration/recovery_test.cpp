@@ -182,8 +182,9 @@ TEST(Recovery, ResumingAtTheLastCheckpointGivesTheUninterruptedRunsResult) {
 }
 
 // PowerSGD's state (error feedback, Qs, step count) is in every checkpoint, per rank: a job that
-// goes back to the checkpoint of step 20 ends bitwise where the uninterrupted one did. Before
-// checkpoints kept it, the hook restarted with plain allreduce and the result differed.
+// goes back to the checkpoint of step 20 ends bitwise where the uninterrupted one did (a hook
+// restarted from nothing would allreduce plainly for 5 steps and compress afresh: see
+// CommHookCheckpoint.PowerSGDResumesBitwiseWithItsErrorsAndQs for that it then differs).
 TEST(Recovery, PowerSGDResumesFromACheckpointWithTheUninterruptedRunsResult) {
   if (!have_dataset()) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
   const fs::path dir = fs::temp_directory_path() / ("cohort_resume_powersgd_" + std::to_string(::getpid()));
