@@ -246,8 +246,8 @@ class Checkpointer::Impl {
     struct stat st {};
     const bool existed = ::stat(path.c_str(), &st) == 0;
     make_dir(path, rank_);
-    const std::string shard_name = job.sharded ? shard_file_name(rank_, ctx_.world_size()) : std::string();
-    const std::string rank_name = job.has_rank_state ? ckpt::rank_state_file_name(rank_, ctx_.world_size()) : "";
+    const std::string shard_name = job.sharded ? ckpt::per_rank_file_name("shard", rank_, ctx_.world_size()) : "";
+    const std::string rank_name = job.has_rank_state ? ckpt::per_rank_file_name("rank", rank_, ctx_.world_size()) : "";
     if (existed) {
       // The same step saved before (the job went back to an older checkpoint and got here again):
       // un-commit the old one first, so that nothing mixes old and new files under a manifest.
@@ -283,12 +283,6 @@ class Checkpointer::Impl {
       throw;
     }
     return files;
-  }
-
-  static std::string shard_file_name(int rank, int world) {
-    char name[64];
-    std::snprintf(name, sizeof(name), "shard-%05d-of-%05d.safetensors", rank, world);
-    return name;
   }
 
   std::string key(const SaveJob& job, int rank) const {
@@ -600,6 +594,7 @@ std::optional<RestoreInfo> Checkpointer::restore_latest(const TrainingState& sta
     std::vector<std::unique_ptr<ckpt::TensorFileReader>> files;
     std::unique_ptr<ckpt::TensorFileReader> rank_state;  // the saved rank's own state this rank takes
   };
+  auto* own_state = dynamic_cast<RankStateCheckpointable*>(state.module);  // DDP: its comm hook's per-rank state
   Loaded loaded;
   std::set<std::string> warned;
   int64_t bound = INT64_MAX;
@@ -618,7 +613,7 @@ std::optional<RestoreInfo> Checkpointer::restore_latest(const TrainingState& sta
           if (f.role == "model" || f.role == "optimizer")  // replicated: every rank reads them
             attempt.files.push_back(std::make_unique<ckpt::TensorFileReader>(c.path, f, rank));  // verified here
         if (!c.manifest->sharding_json.empty()) ckpt::ShardFiles::check_present(c.path, *c.manifest, rank);
-        if (dynamic_cast<RankStateCheckpointable*>(state.module))
+        if (own_state)
           attempt.rank_state = ckpt::open_rank_state(c.path, *c.manifest, rank);  // verified here
         ckpt::check_manifest_states(*c.manifest, rank);  // sampler, optimizer, RNG: before anything is applied
         loaded = std::move(attempt);
@@ -672,8 +667,8 @@ std::optional<RestoreInfo> Checkpointer::restore_latest(const TrainingState& sta
       if (f->name() == "optimizer.safetensors")
         ckpt::load_optimizer_state(*state.optimizer, *state.module, *f, m.optimizer_json, rank);
   }
-  if (auto* own = dynamic_cast<RankStateCheckpointable*>(state.module); own && !sharded)
-    own->load_rank_state(ckpt::read_rank_state(loaded.rank_state.get(), m, rank), m.world_size == ctx_->world_size());
+  if (own_state)
+    own_state->load_rank_state(ckpt::read_rank_state(loaded.rank_state.get(), m, rank), m.world_size == ctx_->world_size());
   if (state.sampler && !m.sampler_json.empty()) state.sampler->load_state(SamplerState::from_json(m.sampler_json));
   for (const auto& [name, object] : state.user) {
     try {

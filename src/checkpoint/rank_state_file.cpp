@@ -6,9 +6,9 @@
 
 namespace cohort::ckpt {
 
-std::string rank_state_file_name(int rank, int world) {
+std::string per_rank_file_name(const char* kind, int rank, int world) {
   char name[64];
-  std::snprintf(name, sizeof(name), "rank-%05d-of-%05d.safetensors", rank, world);
+  std::snprintf(name, sizeof(name), "%s-%05d-of-%05d.safetensors", kind, rank, world);
   return name;
 }
 

@@ -13,7 +13,9 @@
 
 namespace cohort::ckpt {
 
-std::string rank_state_file_name(int rank, int world);
+/// One rank's file of a checkpoint: "<kind>-00003-of-00008.safetensors" (kind "shard" for sharded
+/// state, "rank" for a rank's own state).
+std::string per_rank_file_name(const char* kind, int rank, int world);
 
 /// The saved rank whose state rank `rank` takes.
 inline int rank_state_source(int rank, const Manifest& m) { return rank % m.world_size; }
