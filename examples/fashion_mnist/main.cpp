@@ -12,6 +12,7 @@
 // With --ckpt-dir it checkpoints every --ckpt-every steps (in the background unless --ckpt-sync)
 // and, when started again with the same directory, resumes from the newest valid checkpoint:
 // the same step, epoch position, parameters, momentum and RNG state, also on another world size.
+// --snapshot-every N adds in-memory snapshots (under cohort run): a restart then loses at most one step.
 #include <CLI/CLI.hpp>
 #include <cohort/cohort.h>
 #include <torch/torch.h>
@@ -63,6 +64,7 @@ struct Flags {
   int64_t ckpt_every = 0;  // steps; 0 with a directory: only restore
   int ckpt_keep = 3;
   bool ckpt_sync = false;
+  int64_t snapshot_every = 0;  // in-memory snapshots every N steps (0: none)
   bool report_first_step = false;  // recovery-time benchmark: when did this start's first step end?
   std::string log_samples;   // empty: no sample log (sample_log.h)
   int64_t train_limit = 0;   // train on the first N samples only (0: all)
@@ -181,7 +183,10 @@ Outcome train_loop(const Flags& flags, FashionMnist& train_set, cohort::Distribu
         std::cout << "first_step_unix_ns " << ns.count() << " step " << out.steps << std::endl;
       }
       if (checkpoints) {
-        if (flags.ckpt_every > 0 && out.steps % flags.ckpt_every == 0) note_job_loss();  // maybe_save saves now
+        // maybe_save saves now (or snapshots the last step, which a restart at the very end reports)
+        if ((flags.ckpt_every > 0 && out.steps % flags.ckpt_every == 0) ||
+            (flags.snapshot_every > 0 && out.steps == flags.max_steps))
+          note_job_loss();
         checkpoints->maybe_save(module, optimizer, sampler);
       }
       if (out.steps - first_step == flags.warmup_steps) timer_start = clock::now();
@@ -249,6 +254,7 @@ int train(const Flags& flags, Net net) {
     options.every_steps = flags.ckpt_every;
     options.keep_last = flags.ckpt_keep;
     options.async = !flags.ckpt_sync;
+    options.snapshot_every_steps = flags.snapshot_every;
     checkpoints = std::make_unique<cohort::Checkpointer>(flags.ckpt_dir, ctx, options);
   }
   const std::function<double(double)> job_mean = [&](double value) {
@@ -370,6 +376,10 @@ int main(int argc, char** argv) {
       ->needs(ckpt_dir);
   app.add_option("--ckpt-keep", f.ckpt_keep, "Checkpoints kept (the newest N)")->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_flag("--ckpt-sync", f.ckpt_sync, "Write checkpoints synchronously instead of in the background");
+  app.add_option("--snapshot-every", f.snapshot_every,
+                 "Also snapshot the training state in memory every N steps (0: never; under cohort run)")
+      ->check(CLI::NonNegativeNumber)
+      ->needs(ckpt_dir);
   app.add_flag("--report-first-step", f.report_first_step,
                "Print the wall-clock time of the first completed step (rank 0; for bench/recovery.sh)");
   app.add_option("--log-samples", f.log_samples,

@@ -66,14 +66,26 @@ struct CheckpointOptions {
   WhenBusy when_busy = WhenBusy::wait;
   /// How long rank 0 waits for the other ranks' parts of a save before giving it up.
   std::chrono::milliseconds commit_timeout{std::chrono::seconds(300)};
+  /// In-memory snapshots, the fast path of recovery: every this many steps (0: none; 1 is
+  /// affordable for models of tens of MB) maybe_save also writes the whole training state to
+  /// `snapshot_dir`, a directory in memory (tmpfs) that outlives a killed worker, in the background,
+  /// keeping the newest two (a crash during one leaves the previous whole). restore_latest takes
+  /// the newest of snapshots and checkpoints, so a restarted job loses at most one step instead of
+  /// up to every_steps. Disk checkpoints stay the long-term record. For now snapshots need every
+  /// rank on one machine (a job of several nodes keeps to disk, with a note in the log).
+  int64_t snapshot_every_steps = 0;
+  /// Where snapshots go. Empty: COHORT_SNAPSHOT_DIR, which `cohort run` sets to a private directory
+  /// in /dev/shm for each job and removes when the job ends; without either, no snapshots (a note).
+  std::string snapshot_dir;
 };
 
 /// What restore_latest found and applied.
 struct RestoreInfo {
-  std::string path;  ///< the checkpoint's directory (DIR/step-00001200)
+  std::string path;  ///< the checkpoint's or snapshot's directory (DIR/step-00001200)
   int64_t step = 0;  ///< the step it was saved at; the Checkpointer counts on from it
   int64_t epoch = 0;  ///< the sampler's epoch when it was saved (0 without a sampler)
   int saved_world_size = 0;  ///< the world size that saved it
+  bool from_snapshot = false;  ///< taken from an in-memory snapshot (CheckpointOptions::snapshot_every_steps)
   std::map<std::string, std::string> metadata;  ///< your key-value pairs saved with it (metadata() has them too)
 };
 

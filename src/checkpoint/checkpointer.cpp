@@ -19,6 +19,9 @@
 // cut its own slices out of the saved shard files (resharding to any world size). A replicated
 // model whose ranks keep state of their own (a RankStateCheckpointable: DDP with PowerSGD) has
 // every rank write its rank-<r>-of-<W> file in step 2 (rank_state_file.h).
+// In-memory snapshots (CheckpointOptions::snapshot_every_steps, snapshots.h) are the saves of a
+// second, inner Checkpointer into a directory in tmpfs: maybe_save takes one when no checkpoint is
+// due, and restore chooses among both directories' saves as among one.
 #include "cohort/checkpointer.h"
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -40,6 +43,7 @@
 #include "checkpoint/commit_parts.h"
 #include "checkpoint/rank_state_file.h"
 #include "checkpoint/shard_files.h"
+#include "checkpoint/snapshots.h"
 #include "checkpoint/training_state.h"
 #include "cohort/context.h"
 #include "cohort/distributed_sampler.h"
@@ -340,6 +344,10 @@ class Checkpointer::Impl {
     manifest.finish();            // the rename: committed
     ckpt::fsync_dir(path, rank_);  // ... and durably so
     ++committed_;
+    if (is_snapshots_) {  // one per step, perhaps: not an event, and not the disk bandwidth the simulator learns
+      retire_old();
+      return;
+    }
     detail::log(detail::LogLevel::debug, "checkpoint committed: " + path);
     int64_t bytes = 0;
     for (const auto& f : m.files) bytes += static_cast<int64_t>(f.bytes);
@@ -454,6 +462,48 @@ class Checkpointer::Impl {
   /// Collects a finished writer's result without waiting for one still running.
   std::string reap_if_finished() { return writer_.joinable() && finished_ ? join() : std::string(); }
 
+  // --- in-memory snapshots (snapshots.h) ---------------------------------------------------------
+  // The inner Checkpointer for the job's snapshot directory, when snapshots are asked for and every
+  // rank has one (the ranks agree: a rank that saved alone would leave rank 0 waiting for its part).
+  void open_snapshots() {
+    const int64_t every = owner_.options_.snapshot_every_steps;
+    if (every <= 0) return;
+    std::string why_none;
+    const bool one_machine = ctx_.local_world_size() == ctx_.world_size();
+    std::string dir = ckpt::snapshot_dir_for(owner_.options_.snapshot_dir, owner_.dir_, one_machine, &why_none);
+    if (allreduce_int(ctx_, dir.empty() ? 0 : 1, c10d::ReduceOp::MIN) == 0) {
+      if (rank_ == 0)
+        detail::log(detail::LogLevel::info, "no in-memory snapshots: " +
+                                                (why_none.empty() ? "another rank has no snapshot directory" : why_none));
+      return;
+    }
+    CheckpointOptions options;
+    options.keep_last = 2;  // the newest is being written while the one before stays whole
+    options.commit_timeout = owner_.options_.commit_timeout;
+    snapshots_ = std::make_unique<Checkpointer>(std::move(dir), owner_.ctx_, options);
+    snapshots_->impl_->is_snapshots_ = true;
+  }
+
+  // Starts a snapshot of this step when one is due. It waits for the previous one to be committed
+  // first: so the newest committed snapshot is never more than one step behind. A failure costs
+  // that snapshot only (a warning); the disk checkpoints are untouched.
+  void maybe_snapshot(const TrainingState& state) {
+    if (!snapshots_ || owner_.step_ % owner_.options_.snapshot_every_steps != 0) return;
+    snapshots_->step_ = owner_.step_;
+    snapshots_->metadata_ = owner_.metadata_;
+    try {
+      snapshots_->save_async(state);
+    } catch (const std::exception& e) {
+      detail::log_warn(std::string("in-memory snapshot failed (training continues): ") + e.what());
+    }
+  }
+
+  void wait_for_snapshot() {
+    if (!snapshots_) return;
+    const std::string e = snapshots_->impl_->join();
+    if (!e.empty()) detail::log_warn("in-memory snapshot failed (training continues): " + e);
+  }
+
   Checkpointer& owner_;
   Context& ctx_;
   const int rank_;
@@ -471,6 +521,8 @@ class Checkpointer::Impl {
   std::string pending_error_;
   std::string last_error_;
   steady_clock::time_point last_save_ = steady_clock::now();
+  std::unique_ptr<Checkpointer> snapshots_;  // in-memory snapshots, when asked for and possible
+  bool is_snapshots_ = false;                // this is a snapshot Checkpointer (no monitor events)
 };
 
 Checkpointer::Checkpointer(std::string dir, std::shared_ptr<Context> ctx, CheckpointOptions options)
@@ -480,10 +532,12 @@ Checkpointer::Checkpointer(std::string dir, std::shared_ptr<Context> ctx, Checkp
   if (dir_.empty()) throw ConfigError(rank, "Checkpointer: the checkpoint directory is empty");
   while (dir_.size() > 1 && dir_.back() == '/') dir_.pop_back();
   if (options_.every_steps < 0 || options_.every_seconds < 0 || options_.keep_last < 0 ||
-      options_.keep_every_steps < 0)
-    throw ConfigError(rank, "Checkpointer: every_steps, every_seconds, keep_last and keep_every_steps must be >= 0");
+      options_.keep_every_steps < 0 || options_.snapshot_every_steps < 0)
+    throw ConfigError(rank, "Checkpointer: every_steps, every_seconds, keep_last, keep_every_steps and "
+                            "snapshot_every_steps must be >= 0");
   impl_ = std::make_unique<Impl>(*this);
   impl_->sequence_ = detail::ContextInternals::next_sequence(*ctx_);
+  impl_->open_snapshots();  // before the lock below: it makes a Checkpointer too
   std::lock_guard<std::mutex> lock(g_live_mutex);
   if (!g_live) {
     g_live = new std::set<Checkpointer*>();
@@ -511,6 +565,7 @@ std::string Checkpointer::last_error() const { return impl_->last_error_; }
 int64_t Checkpointer::saves_committed() const { return impl_->committed_; }
 
 void Checkpointer::wait() {
+  impl_->wait_for_snapshot();
   const std::string e = impl_->join();
   if (!e.empty()) {
     impl_->last_error_ = e;
@@ -554,11 +609,14 @@ bool Checkpointer::maybe_save(const TrainingState& state) {
     // Clocks differ between ranks: rank 0's view decides, so every rank saves at the same step.
     due |= allreduce_int(*ctx_, ctx_->rank() == 0 && late ? 1 : 0, c10d::ReduceOp::MAX) != 0;
   }
-  if (!due) return false;
-  if (options_.async && options_.when_busy == CheckpointOptions::WhenBusy::skip &&
+  if (due && options_.async && options_.when_busy == CheckpointOptions::WhenBusy::skip &&
       allreduce_int(*ctx_, impl_->busy() ? 1 : 0, c10d::ReduceOp::MAX) != 0) {
     detail::log(detail::LogLevel::info, "checkpoint at step " + std::to_string(step_) +
                                             " skipped: the previous save is still being written");
+    due = false;
+  }
+  if (!due) {
+    impl_->maybe_snapshot(state);  // a checkpoint of this step makes its snapshot needless
     return false;
   }
   try {
@@ -573,6 +631,7 @@ bool Checkpointer::maybe_save(const TrainingState& state) {
   } catch (const std::exception& e) {
     impl_->last_error_ = e.what();
     detail::log_warn(std::string("checkpoint save failed (training continues): ") + e.what());
+    impl_->maybe_snapshot(state);
     return false;
   }
   return true;
@@ -581,8 +640,11 @@ bool Checkpointer::maybe_save(const TrainingState& state) {
 std::optional<RestoreInfo> Checkpointer::restore_latest(const TrainingState& state) {
   COHORT_CHECK(state.module != nullptr, "TrainingState without a module");
   wait();
+  const auto began = steady_clock::now();
   const int rank = ctx_->rank();
-  const auto listed = ckpt::list_checkpoints(dir_);
+  Checkpointer* snapshots = impl_->snapshots_.get();
+  const auto listed = snapshots ? ckpt::merge_listings(ckpt::list_checkpoints(dir_), ckpt::list_checkpoints(snapshots->dir_))
+                                : ckpt::list_checkpoints(dir_);
 
   // Each rank loads the newest checkpoint it can verify; the ranks then agree on the oldest of
   // their choices (a file one rank cannot read rules that checkpoint out for all) and whoever
@@ -631,6 +693,7 @@ std::optional<RestoreInfo> Checkpointer::restore_latest(const TrainingState& sta
     bound = lowest;
   }
   if (!loaded.listed) return std::nullopt;
+  const bool from_snapshot = snapshots && loaded.listed->path.rfind(snapshots->dir_ + "/", 0) == 0;
 
   const ckpt::Manifest& m = *loaded.listed->manifest;
   for (const auto& [name, object] : state.user)  // before anything is applied
@@ -686,11 +749,17 @@ std::optional<RestoreInfo> Checkpointer::restore_latest(const TrainingState& sta
     detail::log(detail::LogLevel::info, "rank " + std::to_string(rank) + " did not exist in the checkpoint (world size " +
                                             std::to_string(m.world_size) + "): its RNG keeps its current state");
   step_ = m.step;
+  if (snapshots) {
+    snapshots->step_ = m.step;
+    if (rank == 0) ckpt::drop_snapshots_after(snapshots->dir_, m.step);
+  }
   impl_->monitor_->set_step(m.step);  // the monitor's step numbers continue from here
-  if (rank == 0) impl_->monitor_->checkpoint_restored(m.step, loaded.listed->path);
+  if (rank == 0)
+    impl_->monitor_->checkpoint_restored(m.step, loaded.listed->path, from_snapshot,
+                                         duration<double>(steady_clock::now() - began).count());
   metadata_ = m.metadata;
   impl_->last_save_ = steady_clock::now();
-  RestoreInfo info{loaded.listed->path, m.step, m.epoch, m.world_size, m.metadata};
+  RestoreInfo info{loaded.listed->path, m.step, m.epoch, m.world_size, from_snapshot, m.metadata};
   detail::log(detail::LogLevel::info, "restored " + info.path);
   return info;
 }

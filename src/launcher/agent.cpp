@@ -26,6 +26,7 @@
 #include "job_token.h"
 #include "rendezvous.h"
 #include "signal_pipe.h"
+#include "snapshot_memory.h"
 #include "standby.h"
 #include "supervisor.h"
 #include "watch.h"
@@ -164,7 +165,9 @@ int run_rounds(RunOptions& o, RendezvousResult& rdzv, SignalPipe& signals, JobMo
   Assignment assignment = rdzv.assignment;
   std::vector<RoundFailure> history;  // one worker failure per failed round, oldest first
   const Watch watch = open_watch(o);  // the worker link (heartbeats, hangs), for every round
+  const SnapshotMemory snapshot_memory;  // for the Checkpointer's in-memory snapshots, across rounds
   std::vector<std::string> worker_env = watch.worker_variables();
+  for (const auto& v : snapshot_memory.worker_variables()) worker_env.push_back(v);
   if (!o.on_nan.empty()) worker_env.push_back("COHORT_ON_NAN=" + o.on_nan);
   worker_env.push_back("COHORT_JOB_KEY=" + worker_job_key(o));  // signs their checkpoint commit parts
   worker_env.insert(worker_env.end(), blas_env.begin(), blas_env.end());

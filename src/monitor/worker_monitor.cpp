@@ -370,10 +370,16 @@ void StepMonitor::checkpoint_saved(int64_t step, const std::string& path, int64_
   send_event("checkpoint_saved", step, "checkpoint " + name + text, fields.dump());
 }
 
-void StepMonitor::checkpoint_restored(int64_t step, const std::string& path) {
+void StepMonitor::checkpoint_restored(int64_t step, const std::string& path, bool from_snapshot, double seconds) {
   if (!enabled()) return;
-  nlohmann::json fields = {{"path", path}};
-  send_event("checkpoint_restored", step, "restored " + path + " (step " + std::to_string(step) + ")", fields.dump());
+  const char* source = from_snapshot ? "snapshot" : "checkpoint";
+  nlohmann::json fields = {{"path", path}, {"source", source}, {"seconds", seconds}};
+  char took[32];
+  std::snprintf(took, sizeof(took), ", %.3f s", seconds);
+  send_event("checkpoint_restored", step,
+             std::string("restored ") + (from_snapshot ? "in-memory snapshot " : "") + path + " (step " +
+                 std::to_string(step) + took + ")",
+             fields.dump());
 }
 
 // --- the process's monitor and the thread binding --------------------------------------------------

@@ -85,7 +85,7 @@ class StepMonitor {
   /// `fields_json`: a JSON object text (may be empty).
   void send_event(const std::string& kind, int64_t step, const std::string& message, const std::string& fields_json);
   void checkpoint_saved(int64_t step, const std::string& path, int64_t bytes, double seconds);
-  void checkpoint_restored(int64_t step, const std::string& path);
+  void checkpoint_restored(int64_t step, const std::string& path, bool from_snapshot, double seconds);
 
  private:
   void anomaly(const char* what, double value, int rank, int64_t step);

@@ -8,6 +8,7 @@
 #include <spawn.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -137,6 +138,92 @@ TEST(Recovery, FiveSigkillsStillGiveTheUninterruptedRunsParametersBitwise) {
   EXPECT_EQ(count(output, "resumed from "), 5u) << output;  // every restart continued from a checkpoint
   EXPECT_EQ(final_state(output), expected) << "parameters or momentum differ from the uninterrupted run:\n" << output;
   fs::remove_all(dir);
+}
+
+// Steps recomputed after each restore, from the run's event log: the newest step any rank
+// reported before the restore, less the step restored. In the log's order (the agent writes each
+// line as it hears of it; a round's workers are gone before the next round's restore).
+std::vector<int64_t> steps_lost_per_restore(const std::string& events_path) {
+  std::vector<int64_t> lost;
+  int64_t newest = 0;
+  const std::regex step("\"step\":(\\d+)");
+  std::ifstream in(events_path);
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (!std::regex_search(line, m, step)) continue;
+    const int64_t s = std::stoll(m[1].str());
+    if (contains(line, "\"type\":\"metrics\"")) newest = std::max(newest, s);
+    if (contains(line, "\"kind\":\"checkpoint_restored\"")) lost.push_back(newest - s);
+  }
+  return lost;
+}
+
+// In-memory snapshots every step (issue 19): `faults` times a worker gets `sig` at a random moment
+// (SIGSTOP: a hang, which --hang-timeout turns into a restart), no checkpoint on disk at all, and
+// every restart resumes from a snapshot at most one step behind the newest step any rank reported;
+// the job ends bitwise where an uninterrupted run (without snapshots) does.
+void expect_snapshots_lose_at_most_one_step(int sig, int faults, const std::string& launcher_flags) {
+  const fs::path dir = fs::temp_directory_path() / ("cohort_snapshots_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string example_args = " --no-eval --threads 1 --log-every 0 --max-steps 400 --report-first-step";
+  const std::string run = kCohort + " run --nproc-per-node 2 --threads-per-proc 1 --max-restarts 8 --no-dashboard" +
+                          launcher_flags;
+
+  const auto straight = run_shell(run + " -- " + kExample + " --ckpt-dir " + (dir / "straight").string() + example_args);
+  ASSERT_EQ(straight.exit_code, 0) << straight.output;
+  const std::string expected = final_state(straight.output);
+  ASSERT_EQ(expected.size(), 2 * 34u) << straight.output;
+
+  const std::string ckpt = (dir / "faulty").string();
+  Job job(run + " --run-dir " + (dir / "run").string() + " -- " + kExample + " --ckpt-dir " + ckpt +
+              " --snapshot-every 1" + example_args,
+          (dir / "faulty.log").string());
+  ASSERT_GT(job.pid, 0);
+  std::mt19937 rng(20261203);
+  std::uniform_int_distribution<int> after_ms(300, 1500);
+  int sent = 0;
+  for (int start = 1; sent < faults && job.running();) {
+    if (count(read_all(job.log), "first_step_unix_ns") < static_cast<size_t>(start)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      continue;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(after_ms(rng)));
+    const auto pids = worker_pids(ckpt);
+    if (pids.size() != 2 || !job.running()) continue;
+    ::kill(pids[rng() % 2], sig);
+    ++sent;
+    ++start;
+  }
+  const int exit_code = job.wait();
+  const std::string output = read_all(job.log);
+  ASSERT_EQ(sent, faults) << "the job ended before the last fault; raise --max-steps: " << output;
+  EXPECT_EQ(exit_code, 0) << output;
+  EXPECT_TRUE(contains(output, "job succeeded after " + std::to_string(faults) + " restarts")) << output;
+  EXPECT_EQ(count(output, "resumed from /dev/shm/cohort-snapshots-"), static_cast<size_t>(faults)) << output;
+  EXPECT_FALSE(fs::exists(ckpt) && !fs::is_empty(ckpt)) << "no checkpoint on disk was asked for";
+  const auto lost = steps_lost_per_restore((dir / "run" / "events.jsonl").string());
+  ASSERT_EQ(lost.size(), static_cast<size_t>(faults)) << read_all((dir / "run" / "events.jsonl").string());
+  for (size_t i = 0; i < lost.size(); ++i) {
+    EXPECT_GE(lost[i], 0) << "restore " << i + 1;
+    EXPECT_LE(lost[i], 1) << "restore " << i + 1 << " went back " << lost[i] << " steps";
+  }
+  EXPECT_EQ(final_state(output), expected) << "parameters or momentum differ from the uninterrupted run:\n" << output;
+  // The job's snapshot directory went with the job.
+  std::smatch where;
+  ASSERT_TRUE(std::regex_search(output, where, std::regex("resumed from (/dev/shm/cohort-snapshots-[^/]+)/"))) << output;
+  EXPECT_FALSE(fs::exists(where[1].str())) << where[1].str() << " outlived its job";
+  fs::remove_all(dir);
+}
+
+TEST(Recovery, SnapshotsEveryStepLoseAtMostOneStepPerSigkillWithTheUninterruptedRunsResult) {
+  if (!have_dataset()) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  expect_snapshots_lose_at_most_one_step(SIGKILL, 5, "");
+}
+
+TEST(Recovery, SnapshotsEveryStepLoseAtMostOneStepPerHangWithTheUninterruptedRunsResult) {
+  if (!have_dataset()) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  expect_snapshots_lose_at_most_one_step(SIGSTOP, 2, " --hang-timeout 3");
 }
 
 // What a rank's result line says about the training, without its timings: steps, loss, accuracy
