@@ -2,7 +2,9 @@
 from its own checkpoint after a restart — the way a Python user writes fault-tolerant training.
 
 Checkpoints every --ckpt-every steps with torch.save to a temporary file and os.replace (atomic),
-model + optimizer + step; on start it loads the newest and continues the epoch where it was.
+model + optimizer + step; on start it loads the newest and continues the epoch where it was. With
+--dcp (PyTorch 2.x) every rank saves through torch.distributed.checkpoint instead, one directory
+per step (DCP commits with its .metadata file), and a start loads the newest committed one.
 Rank 0 prints "first_step_unix_ns <ns> step <n>" when the first step of this start completes (the
 same line as examples/fashion_mnist --report-first-step), and a JSON line at the end.
 """
@@ -16,6 +18,28 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 from peer_ddp import Cnn, read_idx
 
 
+def dcp_save(model, opt, step, ckpt_dir):
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+    msd, osd = get_state_dict(model, opt)
+    dcp.save({"model": msd, "optim": osd, "step": torch.tensor(step)},
+             checkpoint_id=os.path.join(ckpt_dir, f"step-{step:08d}"))
+
+
+def dcp_load(model, opt, ckpt_dir):
+    """The newest committed DCP checkpoint's step (0 when there is none), loaded into model and opt."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    done = sorted(d for d in os.listdir(ckpt_dir) if os.path.exists(os.path.join(ckpt_dir, d, ".metadata")))
+    if not done:
+        return 0
+    msd, osd = get_state_dict(model, opt)
+    state = {"model": msd, "optim": osd, "step": torch.tensor(0)}
+    dcp.load(state, checkpoint_id=os.path.join(ckpt_dir, done[-1]))
+    set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    return int(state["step"])
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
@@ -25,6 +49,7 @@ def main():
     p.add_argument("--ckpt-every", type=int, default=10)
     p.add_argument("--lr", type=float, default=0.02)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--dcp", action="store_true", help="torch.distributed.checkpoint (PyTorch 2.x)")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
@@ -40,7 +65,9 @@ def main():
 
     path = os.path.join(a.ckpt_dir, "checkpoint.pt")
     step = 0
-    if os.path.exists(path):
+    if a.dcp:
+        step = dcp_load(model, opt, a.ckpt_dir)
+    elif os.path.exists(path):
         state = torch.load(path)
         model.module.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
@@ -60,7 +87,9 @@ def main():
             if first and rank == 0:
                 print(f"first_step_unix_ns {time.time_ns()} step {step}", flush=True)
             first = False
-            if step % a.ckpt_every == 0 and rank == 0:
+            if step % a.ckpt_every == 0 and a.dcp:
+                dcp_save(model, opt, step, a.ckpt_dir)
+            elif step % a.ckpt_every == 0 and rank == 0:
                 tmp = path + ".tmp"
                 torch.save({"model": model.module.state_dict(), "optimizer": opt.state_dict(), "step": step}, tmp)
                 os.replace(tmp, path)

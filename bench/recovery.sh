@@ -2,10 +2,13 @@
 # Recovery time (issue 5): from a worker's SIGKILL to the first completed training step after the
 # restart, cohort run vs torchrun, same CNN on Fashion-MNIST, 2 ranks, checkpoints every 10 steps,
 # each resuming from its own checkpoint (cohort: the example's Checkpointer; torchrun:
-# bench/peer_recovery.py with torch.save). Runs alternate between the two; prints each median and
-# the ratio. With GOODPUT=1 it also runs cohort with a SIGKILL every 30 s and reports goodput
-# (useful steps per second with failures / without).
-# Usage: bench/recovery.sh [REPETITIONS (default 5)]    GOODPUT=1 bench/recovery.sh 3
+# bench/peer_recovery.py with torch.save). cohort runs three ways: plain, with --warm-spares, and
+# with warm spares and in-memory snapshots every step (--snapshot-every 1, issue 19), which also
+# reports the steps each restart went back (from the run's events.jsonl). Runs alternate; prints
+# each median and the ratios. With GOODPUT=1 it also runs cohort (GOODPUT_KIND: cohort-snap by
+# default, or cohort-warm, cohort) with a SIGKILL every GOODPUT_EVERY_S seconds (default 30) and
+# reports goodput (useful steps per second with failures / without).
+# Usage: bench/recovery.sh [REPETITIONS (default 5)]    GOODPUT=1 GOODPUT_EVERY_S=10 bench/recovery.sh 3
 # Needs a build (bash scripts/setup.sh) and python3-torch.
 # Against torchrun 2.x on the same libtorch:
 #   COHORT_BUILD=build-torch2 PEER_PYTHON=~/.cache/cohort/venv-torch2/bin/python bench/recovery.sh
@@ -17,7 +20,9 @@ py=${PEER_PYTHON:-/usr/bin/python3}
 cohort=$build/tools/cohort
 example=$build/examples/fashion_mnist/fashion_mnist
 # torchrun of torch 1.13 fails under Python 3.11 unless its workers' output is redirected; 2.x's runs as users start it.
-torchrun_io=(); [ "$("$py" -c 'import torch; print(torch.__version__.split(".")[0])')" = 1 ] && torchrun_io=(--redirects 1 --tee 1)
+# torchrun 2.x's peer saves with torch.distributed.checkpoint (DCP), 1.13's with torch.save.
+torchrun_io=(); peer_ckpt=(--dcp)
+[ "$("$py" -c 'import torch; print(torch.__version__.split(".")[0])')" = 1 ] && torchrun_io=(--redirects 1 --tee 1) && peer_ckpt=()
 [ -x "$cohort" ] && [ -x "$example" ] || { echo "recovery: build first (bash scripts/setup.sh)" >&2; exit 2; }
 work=$(mktemp -d /tmp/cohort_recovery.XXXXXX)
 trap 'pkill -9 -f "$work" 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
@@ -30,20 +35,36 @@ start() {
   mkdir -p "$dir/ck"
   : >"$dir/log"  # exists before the job's own redirection does: first_steps may look at once
   if [ "$kind" != torchrun ]; then
-    local warm=(); [ "$kind" = cohort-warm ] && warm=(--warm-spares)
+    local warm=() snap=()
+    [ "$kind" != cohort ] && warm=(--warm-spares)
+    [ "$kind" = cohort-snap ] && snap=(--snapshot-every 1)
     "$cohort" run --nproc-per-node 2 --threads-per-proc 1 --max-restarts 100 "${warm[@]}" --no-dashboard \
       --run-dir "$dir/run" -- "$example" --no-eval --threads 1 \
-      --log-every 0 --max-steps "$steps" --ckpt-dir "$dir/ck" --ckpt-every 10 --report-first-step >"$dir/log" 2>&1 &
+      --log-every 0 --max-steps "$steps" --ckpt-dir "$dir/ck" --ckpt-every 10 "${snap[@]}" --report-first-step >"$dir/log" 2>&1 &
     pattern="fashion_mnist.*--ckpt-dir $dir/ck"
   else
     # torchrun looks at its workers every --monitor_interval seconds (default 5, which adds a
     # random 0-5 s to its recovery); the peer gets its best, 0.1 s, unless TORCHRUN_MONITOR_S says otherwise.
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$py" -m torch.distributed.run --nproc_per_node 2 \
       --monitor_interval "${TORCHRUN_MONITOR_S:-0.1}" --max_restarts 100 "${torchrun_io[@]}" --master_port "$(free_port)" bench/peer_recovery.py \
-      --ckpt-dir "$dir/ck" --max-steps "$steps" --ckpt-every 10 >"$dir/log" 2>&1 &
+      --ckpt-dir "$dir/ck" --max-steps "$steps" --ckpt-every 10 "${peer_ckpt[@]}" >"$dir/log" 2>&1 &
     pattern="-u bench/peer_recovery.py --ckpt-dir $dir/ck"
   fi
   job_pid=$!
+}
+
+# steps_lost DIR: for each restore in the run's event log, the newest step any rank reported
+# before it less the step restored (space-separated).
+steps_lost() {
+  /usr/bin/python3 - "$1/run/events.jsonl" <<'PY'
+import json, sys
+newest, lost = 0, []
+for line in open(sys.argv[1]):
+    e = json.loads(line)
+    if e.get("type") == "metrics": newest = max(newest, e["step"])
+    if e.get("kind") == "checkpoint_restored": lost.append(newest - e["step"])
+print(" ".join(map(str, lost)))
+PY
 }
 
 # first_steps DIR: the first-step timestamps of every start, in order.
@@ -93,32 +114,37 @@ recovery_ms() {
 
 echo "recovery time: SIGKILL of one worker -> first completed step after the restart (ms), $reps repetitions"
 echo "machine: $(nproc) cores, $(uname -r); load: $(cut -d' ' -f1-3 /proc/loadavg); torchrun of torch $("$py" -c 'import torch; print(torch.__version__)')"
-w=(); c=(); t=()
+s=(); w=(); c=(); t=(); ls=()
 for ((i = 0; i < reps; i++)); do
+  s+=("$(recovery_ms cohort-snap "$i")")
   w+=("$(recovery_ms cohort-warm "$i")")
   c+=("$(recovery_ms cohort "$i")")
   t+=("$(recovery_ms torchrun "$i")")
-  echo "  run $i: cohort --warm-spares ${w[-1]} ms, cohort ${c[-1]} ms, torchrun ${t[-1]} ms"
+  ls+=("$(steps_lost "$work/cohort-snap-$i")")
+  echo "  run $i: cohort --warm-spares --snapshot-every 1 ${s[-1]} ms (went back ${ls[-1]} steps)," \
+       "cohort --warm-spares ${w[-1]} ms (went back $(steps_lost "$work/cohort-warm-$i") steps), cohort ${c[-1]} ms, torchrun ${t[-1]} ms"
 done
-/usr/bin/python3 - "${w[*]}" "${c[*]}" "${t[*]}" <<'PY'
+/usr/bin/python3 - "${s[*]}" "${w[*]}" "${c[*]}" "${t[*]}" "${ls[*]}" <<'PY'
 import statistics, sys
-w, c, t = ([int(x) for x in a.split()] for a in sys.argv[1:4])
-mw, mc, mt = statistics.median(w), statistics.median(c), statistics.median(t)
-print(f"median: cohort --warm-spares {mw:.0f} ms, cohort {mc:.0f} ms, torchrun {mt:.0f} ms")
-print(f"torchrun / cohort --warm-spares = {mt / mw:.1f}x, torchrun / cohort = {mt / mc:.1f}x")
+s, w, c, t, lost = ([int(x) for x in a.split()] for a in sys.argv[1:6])
+ms, mw, mc, mt = (statistics.median(x) for x in (s, w, c, t))
+print(f"median: cohort --warm-spares --snapshot-every 1 {ms:.0f} ms, cohort --warm-spares {mw:.0f} ms, cohort {mc:.0f} ms, torchrun {mt:.0f} ms")
+print(f"torchrun / cohort with snapshots = {mt / ms:.1f}x, torchrun / cohort --warm-spares = {mt / mw:.1f}x, torchrun / cohort = {mt / mc:.1f}x")
+print(f"steps lost per failure with snapshots: at most {max(lost)} (of {len(lost)} failures)")
 PY
 
 if [ "${GOODPUT:-0}" = 1 ]; then
   steps=${GOODPUT_STEPS:-1500}
-  kind=${GOODPUT_KIND:-cohort-warm}
+  kind=${GOODPUT_KIND:-cohort-snap}
+  every=${GOODPUT_EVERY_S:-30}
   dir="$work/clean"; start "$kind" "$dir" "$steps"; s=$(date +%s%N); wait "$job_pid"; clean=$(( ($(date +%s%N) - s) / 1000000 ))
   dir="$work/faulty"; start "$kind" "$dir" "$steps"; s=$(date +%s%N); kills=0
   while kill -0 "$job_pid" 2>/dev/null; do
-    for _ in $(seq 300); do kill -0 "$job_pid" 2>/dev/null && sleep 0.1; done
+    for _ in $(seq $((every * 10))); do kill -0 "$job_pid" 2>/dev/null && sleep 0.1; done
     kill -0 "$job_pid" 2>/dev/null && kill_one >/dev/null && kills=$((kills + 1))
   done
   wait "$job_pid" || { echo "recovery: the faulty run failed" >&2; tail -20 "$dir/log" >&2; exit 1; }
   faulty=$(( ($(date +%s%N) - s) / 1000000 ))
-  echo "goodput: $steps steps in $clean ms without failures, $faulty ms with $kills SIGKILLs (one every 30 s):" \
+  echo "goodput ($kind): $steps steps in $clean ms without failures, $faulty ms with $kills SIGKILLs (one every $every s):" \
        "goodput $(awk -v a="$clean" -v b="$faulty" 'BEGIN{printf "%.1f%%", 100*a/b}')"
 fi

@@ -138,6 +138,9 @@ int main(int argc, char** argv) {
   auto* dir = app.add_option("--ckpt-dir", o.ckpt_dir, "Checkpoint here, and resume from here");
   app.add_option("--ckpt-every", o.ckpt_every, "Checkpoint every N steps (0: only resume)")->check(CLI::NonNegativeNumber)->needs(dir);
   app.add_flag("--ckpt-sync", o.ckpt_sync, "Write checkpoints synchronously");
+  app.add_option("--snapshot-every", o.snapshot_every, "Also snapshot the training state in memory every N steps (0: never)")
+      ->check(CLI::NonNegativeNumber)
+      ->needs(dir);
   app.add_flag("!--no-bf16", o.bf16, "On CUDA, train in float32 instead of bf16 autocast");
   if (auto status = examples::parse_command_line(app, argc, argv, "gpt")) return *status;
   if (o.min_lr > o.lr) {

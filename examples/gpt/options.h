@@ -33,5 +33,6 @@ struct Options {
   std::string ckpt_dir;
   int64_t ckpt_every = 0;
   bool ckpt_sync = false;
+  int64_t snapshot_every = 0;  // in-memory snapshots every N steps (0: none; under cohort run)
   bool bf16 = true;  // autocast to bf16 on CUDA
 };

@@ -186,7 +186,7 @@ nlohmann::json train(M& model, std::shared_ptr<cohort::Context> ctx, const Corpu
   const auto state = [&] { return cohort::TrainingState{&*model, &optimizer, &sampler, {{"schedule", &schedule}}}; };
   if (!o.ckpt_dir.empty()) {
     checkpoints = std::make_unique<cohort::Checkpointer>(
-        o.ckpt_dir, ctx, cohort::CheckpointOptions{.every_steps = o.ckpt_every, .async = !o.ckpt_sync});
+        o.ckpt_dir, ctx, cohort::CheckpointOptions{.every_steps = o.ckpt_every, .async = !o.ckpt_sync, .snapshot_every_steps = o.snapshot_every});
     if (auto r = checkpoints->restore_latest(state()); r && c.rank() == 0)
       std::cout << "resumed from " << r->path << " (step " << r->step << ")" << std::endl;
   }

@@ -56,7 +56,7 @@ std::optional<Manifest> read_manifest(const std::string& path, std::string* prob
   }
 }
 
-std::vector<ListedCheckpoint> list_checkpoints(const std::string& dir) {
+std::vector<ListedCheckpoint> list_checkpoints(const std::string& dir, bool read_manifests) {
   std::vector<ListedCheckpoint> out;
   for (const auto& name : entries_of(dir)) {
     const int64_t step = step_from_dir_name(name);
@@ -65,6 +65,11 @@ std::vector<ListedCheckpoint> list_checkpoints(const std::string& dir) {
     ListedCheckpoint c;
     c.path = path;
     c.step = step;
+    if (!read_manifests) {
+      if (::access((path + "/" + kManifestName).c_str(), F_OK) == 0) c.manifest = Manifest{};
+      out.push_back(std::move(c));
+      continue;
+    }
     c.manifest = read_manifest(path, &c.problem);
     if (c.manifest && c.manifest->step != step) {
       c.problem = std::string(kManifestName) + " says step " + std::to_string(c.manifest->step) +

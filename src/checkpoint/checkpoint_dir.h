@@ -23,7 +23,10 @@ struct ListedCheckpoint {
 };
 
 /// Every step-* directory in `dir`, newest step first. A missing `dir` is an empty list.
-std::vector<ListedCheckpoint> list_checkpoints(const std::string& dir);
+/// `read_manifests` false: a checkpoint counts as committed when its manifest.json exists, and
+/// `manifest` is then an empty Manifest (retention of snapshots, which runs after every step and
+/// needs no more; restore always reads them).
+std::vector<ListedCheckpoint> list_checkpoints(const std::string& dir, bool read_manifests = true);
 
 /// Reads and parses PATH/manifest.json; std::nullopt with `problem` set when it cannot.
 std::optional<Manifest> read_manifest(const std::string& path, std::string* problem);

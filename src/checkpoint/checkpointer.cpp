@@ -272,14 +272,15 @@ class Checkpointer::Impl {
       f.role = role;
       files.push_back(f);
     };
+    const bool direct = !is_snapshots_;  // O_DIRECT on tmpfs only adds the aligned buffers' copies and an I/O thread
     try {
       if (rank_ == 0) {
-        add(ckpt::write_tensor_file(path, "model.safetensors", job.model, rank_), "model");
+        add(ckpt::write_tensor_file(path, "model.safetensors", job.model, rank_, direct), "model");
         if (!job.optimizer_json.empty() && !job.sharded)
-          add(ckpt::write_tensor_file(path, "optimizer.safetensors", job.optimizer, rank_), "optimizer");
+          add(ckpt::write_tensor_file(path, "optimizer.safetensors", job.optimizer, rank_, direct), "optimizer");
       }
-      if (job.sharded) add(ckpt::write_tensor_file(path, shard_name, job.shard, rank_), "shard");
-      if (job.has_rank_state) add(ckpt::write_tensor_file(path, rank_name, job.rank_tensors, rank_), "rank_state");
+      if (job.sharded) add(ckpt::write_tensor_file(path, shard_name, job.shard, rank_, direct), "shard");
+      if (job.has_rank_state) add(ckpt::write_tensor_file(path, rank_name, job.rank_tensors, rank_, direct), "rank_state");
       ckpt::fsync_dir(path, rank_);
     } catch (const Error&) {
       for (const auto& f : files) ::unlink((path + "/" + f.name).c_str());
@@ -428,7 +429,7 @@ class Checkpointer::Impl {
   }
 
   void retire_old() {
-    const auto listed = ckpt::list_checkpoints(owner_.dir_);
+    const auto listed = ckpt::list_checkpoints(owner_.dir_, /*read_manifests=*/!is_snapshots_);
     const int keep = owner_.options_.keep_last > 0 ? owner_.options_.keep_last : 1 << 30;
     for (const auto& path : ckpt::retired_checkpoints(listed, keep, owner_.options_.keep_every_steps))
       if (!ckpt::remove_checkpoint(path)) detail::log_warn("could not fully remove old checkpoint " + path);

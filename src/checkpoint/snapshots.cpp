@@ -44,7 +44,7 @@ std::vector<ListedCheckpoint> merge_listings(std::vector<ListedCheckpoint> disk,
 }
 
 void drop_snapshots_after(const std::string& dir, int64_t step) {
-  for (const auto& c : list_checkpoints(dir))
+  for (const auto& c : list_checkpoints(dir, /*read_manifests=*/false))
     if (c.step > step) remove_checkpoint(c.path);
 }
 

@@ -20,8 +20,10 @@ using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 std::string safetensors_dtype(c10::ScalarType type, int rank);
 c10::ScalarType torch_dtype(const std::string& dtype);
 
-/// Writes CPU, contiguous tensors (the caller's snapshot) as dir/name, atomically.
-FileRecord write_tensor_file(const std::string& dir, const std::string& name, const NamedTensors& tensors, int rank);
+/// Writes CPU, contiguous tensors (the caller's snapshot) as dir/name, atomically. `allow_direct`
+/// false keeps to the page cache (AtomicWriter): for tmpfs, where the page cache is the storage.
+FileRecord write_tensor_file(const std::string& dir, const std::string& name, const NamedTensors& tensors, int rank,
+                             bool allow_direct = true);
 
 /// A committed safetensors file, verified against its manifest entry at construction (one pass
 /// through a small buffer that checks its size and XXH3-64, parses its header and hashes each

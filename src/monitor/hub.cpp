@@ -70,6 +70,7 @@ void Hub::State::apply_event(const json& line) {
   ++events_total[kind];
   events.push_back(line);
   trim(events, options.events_kept);
+  recovery_event(line);
   bool state_changed = false;
   const auto rank_of = [&]() -> std::optional<int> {
     auto r = integer_at(line, "rank");
@@ -184,6 +185,8 @@ void Hub::State::start_round(int new_round, int ws, int restart_count) {
 void Hub::State::apply_metrics(const json& record, double now) {
   const int r = static_cast<int>(*integer_at(record, "rank"));
   const int64_t step = *integer_at(record, "step");
+  recovery_progress(step, number_at(record, "t").value_or(now));
+  newest_step = std::max(newest_step, step);
   RankState& s = rank(r);
   bool state_changed = false;
   if (auto n = integer_at(record, "node")) s.node = static_cast<int>(*n);

@@ -33,6 +33,10 @@ std::string Hub::prometheus_text() const {
   p.sample(base, s.world_size);
   p.family("cohort_restarts_total", "counter", "Restarts of the job after a worker failure.");
   p.sample(base, s.restarts);
+  p.family("cohort_recovery_steps_lost_total", "counter", "Steps the job went back in its recoveries from failures.");
+  p.sample(base, static_cast<double>(s.steps_lost_total));
+  p.family("cohort_last_recovery_seconds", "gauge", "From the last failure to the first step after it (0: none yet).");
+  p.sample(base, s.last_recovery_seconds);
   p.family("cohort_job_state", "gauge", "1 for the job's current state, 0 for the others.");
   for (const char* st : kJobStates) p.sample(with({{"state", st}}), s.job_state == st ? 1 : 0);
   p.family("cohort_job_samples_per_second", "gauge", "Training samples per second of the whole job (sum over ranks).");

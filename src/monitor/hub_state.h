@@ -108,6 +108,19 @@ struct Hub::State {
   bool progressed_this_round = false;
   double progress_at = 0;
 
+  // Recoveries (hub_recovery.cpp): the newest step the job reached, and, from a failure to the
+  // first step after the restart, what the "recovered" event will say.
+  int64_t newest_step = -1;
+  struct Recovery {
+    std::string cause;        // the failure event's reason
+    double failed_at = 0;     // its time
+    bool restarted = false;   // a round began since
+    json restored = nullptr;  // the checkpoint_restored event of that round, if any
+  };
+  std::optional<Recovery> recovering;
+  int64_t steps_lost_total = 0;      // over the "recovered" events (live and replayed)
+  double last_recovery_seconds = 0;  // the last one's
+
   std::deque<json> events;
   std::map<std::string, int64_t> events_total;
   std::map<std::string, int64_t> anomalies_total;
@@ -145,6 +158,13 @@ struct Hub::State {
   json job_json() const;
   json rank_json(const RankState& s) const;
   json ranks_json() const;
+
+  // ---- hub_recovery.cpp ----
+  /// Follows a failure, the next round and its restore (any event line).
+  void recovery_event(const json& line);
+  /// A step of the new round ends the recovery: one "recovered" event (none when replaying: the
+  /// log has it) with the cause, where the state came from, the steps lost and the time it took.
+  void recovery_progress(int64_t step, double t);
 
   // ---- hub_replay.cpp ----
   /// Lines of a log, applied as they were when they were written; returns the lines read.

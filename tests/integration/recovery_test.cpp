@@ -208,6 +208,15 @@ void expect_snapshots_lose_at_most_one_step(int sig, int faults, const std::stri
     EXPECT_GE(lost[i], 0) << "restore " << i + 1;
     EXPECT_LE(lost[i], 1) << "restore " << i + 1 << " went back " << lost[i] << " steps";
   }
+  // The hub's account of each recovery says the same: from a snapshot, at most one step lost.
+  size_t recovered = 0;
+  for (const auto& line : cohort::testing::lines(read_all((dir / "run" / "events.jsonl").string()))) {
+    if (!contains(line, "\"kind\":\"recovered\"")) continue;
+    ++recovered;
+    EXPECT_TRUE(contains(line, "\"source\":\"snapshot\"")) << line;
+    EXPECT_TRUE(contains(line, "\"steps_lost\":0") || contains(line, "\"steps_lost\":1")) << line;
+  }
+  EXPECT_EQ(recovered, static_cast<size_t>(faults));
   EXPECT_EQ(final_state(output), expected) << "parameters or momentum differ from the uninterrupted run:\n" << output;
   // The job's snapshot directory went with the job.
   std::smatch where;

@@ -295,6 +295,51 @@ TEST(HubState, FailureRestartRoundKeepHistories) {
   EXPECT_EQ(rank_of(snap, 0)["state"], "finished");
 }
 
+// A failure, the next round, its restore and its first step make one "recovered" event: the cause,
+// where the state came from, the steps the job went back, the seconds from failure to that step.
+TEST(HubState, ARecoveryIsOneEventWithCauseSourceStepsLostAndTime) {
+  Hub hub({});
+  hub.job_event("start", "cohort run started", {{"nproc", 2}, {"nnodes", 1}});
+  hub.round_started(0, 2, 0);
+  feed_two_ranks(hub, 0, 10);  // steps 0..9
+  hub.job_event("failure", "rank 1 was killed", {{"rank", 1}, {"node", 0}, {"reason", "was killed by signal 9 (SIGKILL: Killed)"}});
+  const double failed_at = events_of(hub.snapshot(), "failure").at(0)["t"].get<double>();
+  hub.job_event("failure", "rank 0 lost its peer", {{"rank", 0}, {"node", 0}, {"reason", "exited with code 1"}});
+  hub.job_event("restart", "restarting", {{"restarts", 1}, {"reason", "rank 1 failed"}});
+  hub.round_started(1, 2, 1);
+  EXPECT_TRUE(events_of(hub.snapshot(), "recovered").empty()) << "not before the new round's first step";
+  hub.worker_message({{"type", "event"}, {"pid", 1}, {"rank", 0}, {"kind", "checkpoint_restored"}, {"step", 8},
+                      {"message", "restored"}, {"t", failed_at + 0.1},
+                      {"fields", {{"path", "/dev/shm/x/step-00000008"}, {"source", "snapshot"}, {"seconds", 0.004}}}},
+                     0);
+  for (int64_t s = 9; s < 12; ++s) {
+    for (int r = 0; r < 2; ++r) {
+      json m = metrics(r, s, 1.0, 0.01, "", 0, /*restart=*/1);
+      m["t"] = failed_at + 0.25 + 0.01 * static_cast<double>(s - 9);
+      hub.worker_message(m, 0);
+    }
+  }
+  const auto recovered = events_of(hub.snapshot(), "recovered");
+  ASSERT_EQ(recovered.size(), 1u);
+  const json& e = recovered[0];
+  EXPECT_EQ(e["cause"], "was killed by signal 9 (SIGKILL: Killed)") << "the round's first failure is the cause";
+  EXPECT_EQ(e["source"], "snapshot");
+  EXPECT_EQ(e["restored_step"], 8);
+  EXPECT_EQ(e["steps_lost"], 1) << "step 9 was reached before the failure";
+  EXPECT_NEAR(e["seconds"].get<double>(), 0.25, 1e-6);
+  EXPECT_EQ(e["path"], "/dev/shm/x/step-00000008");
+  EXPECT_NE(e["message"].get<std::string>().find("in-memory snapshot of step 8, 1 step lost"), std::string::npos) << e;
+  EXPECT_NE(hub.prometheus_text().find("cohort_recovery_steps_lost_total{job=\"\"} 1\n"), std::string::npos) << hub.prometheus_text();
+  // Without anything to restore, the next failure's recovery starts the job over.
+  hub.job_event("failure", "rank 0 was killed", {{"rank", 0}, {"node", 0}, {"reason", "was killed by signal 9"}});
+  hub.round_started(2, 2, 2);
+  hub.worker_message(metrics(0, 0, 1.0, 0.01, "", 0, 2), 0);
+  const auto both = events_of(hub.snapshot(), "recovered");
+  ASSERT_EQ(both.size(), 2u);
+  EXPECT_EQ(both[1]["source"], "none");
+  EXPECT_EQ(both[1]["steps_lost"], 11);
+}
+
 TEST(HubState, SnapshotCarriesWhatThePageDraws) {
   HubOptions o;
   o.job_name = "mnist";
@@ -472,7 +517,7 @@ TEST(HubLog, ReplayGivesTheSameSnapshot) {
   }
   Hub replay({});
   const size_t lines = replay.replay_file(dir.path() + "/events.jsonl");
-  EXPECT_EQ(lines, 179u + 11u);  // metrics lines + events
+  EXPECT_EQ(lines, 179u + 12u);  // metrics lines + events (the last: "recovered", which replay reads, not derives)
   const json again = replay.snapshot();
   EXPECT_EQ(again, live) << "live:\n" << live.dump(1).substr(0, 3000) << "\nreplayed:\n" << again.dump(1).substr(0, 3000);
   // Replay writes nothing.
