@@ -71,8 +71,9 @@ struct CheckpointOptions {
   /// `snapshot_dir`, a directory in memory (tmpfs) that outlives a killed worker, in the background,
   /// keeping the newest two (a crash during one leaves the previous whole). restore_latest takes
   /// the newest of snapshots and checkpoints, so a restarted job loses at most one step instead of
-  /// up to every_steps. Disk checkpoints stay the long-term record. For now snapshots need every
-  /// rank on one machine (a job of several nodes keeps to disk, with a note in the log).
+  /// up to every_steps. Disk checkpoints stay the long-term record. Each machine keeps a whole copy,
+  /// and a machine that lost its copy gets the newest from another at restore. For now state held
+  /// per rank (shards, PowerSGD's) is snapshotted only when every rank is on one machine.
   int64_t snapshot_every_steps = 0;
   /// Where snapshots go. Empty: COHORT_SNAPSHOT_DIR, which `cohort run` sets to a private directory
   /// in /dev/shm for each job and removes when the job ends; without either, no snapshots (a note).

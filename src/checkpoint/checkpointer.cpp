@@ -39,10 +39,12 @@
 #include <set>
 #include <thread>
 
+#include "checkpoint/agreement.h"
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/commit_parts.h"
 #include "checkpoint/rank_state_file.h"
 #include "checkpoint/shard_files.h"
+#include "checkpoint/snapshot_sharing.h"
 #include "checkpoint/snapshots.h"
 #include "checkpoint/training_state.h"
 #include "cohort/context.h"
@@ -58,6 +60,7 @@ namespace cohort {
 namespace {
 
 using namespace std::chrono;
+using ckpt::allreduce_int;
 using ckpt::NamedTensors;
 
 int64_t now_unix_ms() { return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count(); }
@@ -76,15 +79,6 @@ void make_dir(const std::string& path, int rank) {
   }
 }
 
-// One int64 reduced over the ranks on the CPU group (restore agreement, time-based saves).
-int64_t allreduce_int(Context& ctx, int64_t value, c10d::ReduceOp op) {
-  if (ctx.world_size() == 1) return value;
-  std::vector<at::Tensor> t{at::scalar_tensor(value, at::kLong).reshape({1})};
-  c10d::AllreduceOptions opts;
-  opts.reduceOp = op;
-  ctx.group()->allreduce(t, opts)->wait();
-  return t[0].item<int64_t>();
-}
 
 // Every live Checkpointer's pending save is finished before a normal exit, also one through exit().
 std::mutex g_live_mutex;
@@ -156,7 +150,7 @@ class Checkpointer::Impl {
       job.rank_text = std::move(s.text);
       job.rank_tensors = copy ? stage(s.tensors, staged_rank_) : cpu_contiguous(s.tensors);
     }
-    if (rank_ == 0) {  // replicated state: one writer
+    if (writes_replicated_) {  // replicated state: one writer (snapshots: one per machine)
       job.model = ckpt::module_tensors(*state.module);
       if (state.optimizer) job.optimizer = ckpt::optimizer_tensors(*state.optimizer, *state.module, &job.optimizer_json, rank_);
       job.model = copy ? stage(job.model, staged_model_) : cpu_contiguous(job.model);
@@ -230,7 +224,7 @@ class Checkpointer::Impl {
     if (job.has_rank_state) part["rank_state"] = job.rank_text;
     std::vector<ckpt::ManifestFile> files;
     try {
-      if (rank_ == 0 || job.sharded || job.has_rank_state) files = write_files(job, path);
+      if (writes_replicated_ || job.sharded || job.has_rank_state) files = write_files(job, path);
     } catch (const Error& e) {
       part["error"] = e.what();
       report(job, part);
@@ -239,10 +233,57 @@ class Checkpointer::Impl {
     if (rank_ != 0) {  // shard and rank_state files travel to rank 0 in the part
       auto& listed = part["files"] = nlohmann::json::array();
       for (const auto& f : files)
-        listed.push_back({{"name", f.name}, {"bytes", f.bytes}, {"xxh3", ckpt::to_hex(f.xxh3)}, {"role", f.role}});
+        if (f.role != "model" && f.role != "optimizer")  // another machine's copy of rank 0's files
+          listed.push_back({{"name", f.name}, {"bytes", f.bytes}, {"xxh3", ckpt::to_hex(f.xxh3)}, {"role", f.role}});
     }
     report(job, part);
-    if (rank_ == 0) commit(job, path, std::move(files));
+    if (rank_ == 0) {
+      try {
+        commit(job, path, std::move(files));
+      } catch (const std::exception&) {
+        publish_manifest(job, "");  // the other machines' copies stay uncommitted
+        throw;
+      }
+    } else if (writes_replicated_) {
+      adopt_manifest(job, path);
+    }
+  }
+
+  // --- snapshots on several machines: each machine's copy (snapshot_sharing.h) -------------------
+  // Rank 0 commits as always and hands its manifest to the other machines' writers through the
+  // store, sealed like the parts (a manifest carries the sampler, optimizer and RNG state, which
+  // restore applies as they are); each writes it beside its own copy of the same bytes.
+  std::string manifest_key(const SaveJob& job) const { return key(job, 0) + "/manifest"; }
+
+  void publish_manifest(const SaveJob& job, const std::string& text) {
+    if (other_copies_ == 0) return;
+    const std::string k = manifest_key(job);
+    const std::string value = ckpt::sealed_part(ctx_.env().job_key, k, ctx_.env().restart_count, {{"manifest", text}});
+    store()->set(k, std::vector<uint8_t>(value.begin(), value.end()));
+  }
+
+  void adopt_manifest(const SaveJob& job, const std::string& path) {
+    const std::string k = manifest_key(job);
+    auto& s = store();
+    try {
+      s->wait({k}, owner_.options_.commit_timeout);
+    } catch (const std::exception&) {
+      throw CheckpointError(rank_, "snapshot of step " + std::to_string(job.step) + ": rank 0's manifest did not come");
+    }
+    const auto bytes = s->get(k);
+    if (s->add(k + "/read", 1) == other_copies_) {  // the last machine to read it clears it
+      s->deleteKey(k);
+      s->deleteKey(k + "/read");
+    }
+    const auto part = ckpt::opened_part(ctx_.env().job_key, k, ctx_.env().restart_count, std::string(bytes.begin(), bytes.end()));
+    if (!part) throw CheckpointError(rank_, "snapshot of step " + std::to_string(job.step) + ": a manifest that fails authentication");
+    const std::string text = part->value("manifest", "");
+    if (text.empty()) throw CheckpointError(rank_, "snapshot of step " + std::to_string(job.step) + " not committed by rank 0");
+    ckpt::AtomicWriter manifest(path, ckpt::kManifestName, rank_);
+    manifest.write(text.data(), text.size());
+    manifest.finish();
+    ckpt::fsync_dir(path, rank_);
+    retire_old();
   }
 
   std::vector<ckpt::ManifestFile> write_files(const SaveJob& job, const std::string& path) {
@@ -259,11 +300,11 @@ class Checkpointer::Impl {
       // A save of this step killed mid-write left temporary files of the names this rank writes
       // (rank 0 also writes the manifest).
       std::vector<std::string> own{shard_name, rank_name};
-      if (rank_ == 0) own.insert(own.end(), {"model.safetensors", "optimizer.safetensors", ckpt::kManifestName});
+      if (writes_replicated_) own.insert(own.end(), {"model.safetensors", "optimizer.safetensors", ckpt::kManifestName});
       ckpt::remove_temporaries(path, own);
     }
     // The new directory's entry is durable before its commit (with per-rank files, any rank may have made it).
-    if (rank_ == 0 && (!existed || job.sharded || job.has_rank_state)) ckpt::fsync_dir(owner_.dir_, rank_);
+    if (writes_replicated_ && (!existed || job.sharded || job.has_rank_state)) ckpt::fsync_dir(owner_.dir_, rank_);
     std::vector<ckpt::ManifestFile> files;
     auto add = [&](const ckpt::FileRecord& r, const char* role) {
       ckpt::ManifestFile f;
@@ -274,7 +315,7 @@ class Checkpointer::Impl {
     };
     const bool direct = !is_snapshots_;  // O_DIRECT on tmpfs only adds the aligned buffers' copies and an I/O thread
     try {
-      if (rank_ == 0) {
+      if (writes_replicated_) {
         add(ckpt::write_tensor_file(path, "model.safetensors", job.model, rank_, direct), "model");
         if (!job.optimizer_json.empty() && !job.sharded)
           add(ckpt::write_tensor_file(path, "optimizer.safetensors", job.optimizer, rank_, direct), "optimizer");
@@ -345,6 +386,7 @@ class Checkpointer::Impl {
     manifest.finish();            // the rename: committed
     ckpt::fsync_dir(path, rank_);  // ... and durably so
     ++committed_;
+    publish_manifest(job, text);
     if (is_snapshots_) {  // one per step, perhaps: not an event, and not the disk bandwidth the simulator learns
       retire_old();
       return;
@@ -470,19 +512,37 @@ class Checkpointer::Impl {
     const int64_t every = owner_.options_.snapshot_every_steps;
     if (every <= 0) return;
     std::string why_none;
-    const bool one_machine = ctx_.local_world_size() == ctx_.world_size();
-    std::string dir = ckpt::snapshot_dir_for(owner_.options_.snapshot_dir, owner_.dir_, one_machine, &why_none);
+    std::string dir = ckpt::snapshot_dir_for(owner_.options_.snapshot_dir, owner_.dir_, &why_none);
     if (allreduce_int(ctx_, dir.empty() ? 0 : 1, c10d::ReduceOp::MIN) == 0) {
       if (rank_ == 0)
         detail::log(detail::LogLevel::info, "no in-memory snapshots: " +
                                                 (why_none.empty() ? "another rank has no snapshot directory" : why_none));
       return;
     }
+    // Each machine keeps a whole copy: its first rank writes the replicated files (the same bytes
+    // on every rank) and rank 0's manifest, so that losing a machine loses no snapshot.
+    const int64_t machines = allreduce_int(ctx_, ctx_.local_rank() == 0 ? 1 : 0, c10d::ReduceOp::SUM);
     CheckpointOptions options;
     options.keep_last = 2;  // the newest is being written while the one before stays whole
     options.commit_timeout = owner_.options_.commit_timeout;
     snapshots_ = std::make_unique<Checkpointer>(std::move(dir), owner_.ctx_, options);
-    snapshots_->impl_->is_snapshots_ = true;
+    Impl& inner = *snapshots_->impl_;
+    inner.is_snapshots_ = true;
+    inner.writes_replicated_ = rank_ == 0 || ctx_.local_rank() == 0;
+    inner.other_copies_ = machines - 1;
+  }
+
+  // State that only its own rank holds (shards, PowerSGD's errors) would be on one machine only:
+  // a job of several machines then keeps to disk (copies on a buddy machine: issue 19's next step).
+  bool per_rank_state_on_several_machines(const TrainingState& state) {
+    if (snapshots_->impl_->other_copies_ == 0) return false;
+    bool per_rank = dynamic_cast<ShardedCheckpointable*>(state.module) != nullptr;
+    if (auto* own = dynamic_cast<RankStateCheckpointable*>(state.module)) per_rank = per_rank || !own->rank_state().empty();
+    if (per_rank && !per_rank_noted_ && rank_ == 0)
+      detail::log(detail::LogLevel::info, "no in-memory snapshots: the model keeps state per rank (shards, a comm "
+                                          "hook's), and the job spans several machines");
+    per_rank_noted_ = per_rank_noted_ || per_rank;
+    return per_rank;
   }
 
   // Starts a snapshot of this step when one is due. It waits for the previous one to be committed
@@ -490,6 +550,7 @@ class Checkpointer::Impl {
   // that snapshot only (a warning); the disk checkpoints are untouched.
   void maybe_snapshot(const TrainingState& state) {
     if (!snapshots_ || owner_.step_ % owner_.options_.snapshot_every_steps != 0) return;
+    if (per_rank_state_on_several_machines(state)) return;
     snapshots_->step_ = owner_.step_;
     snapshots_->metadata_ = owner_.metadata_;
     try {
@@ -524,7 +585,19 @@ class Checkpointer::Impl {
   steady_clock::time_point last_save_ = steady_clock::now();
   std::unique_ptr<Checkpointer> snapshots_;  // in-memory snapshots, when asked for and possible
   bool is_snapshots_ = false;                // this is a snapshot Checkpointer (no monitor events)
+  bool writes_replicated_ = rank_ == 0;      // writes the replicated files (snapshots: each machine's first rank)
+  int64_t other_copies_ = 0;                 // snapshots: machines other than rank 0's that keep a copy
+  bool per_rank_noted_ = false;              // said once why a job of several machines takes no snapshots
 };
+
+int64_t ckpt::allreduce_int(Context& ctx, int64_t value, c10d::ReduceOp op) {
+  if (ctx.world_size() == 1) return value;
+  std::vector<at::Tensor> t{at::scalar_tensor(value, at::kLong).reshape({1})};
+  c10d::AllreduceOptions opts;
+  opts.reduceOp = op;
+  ctx.group()->allreduce(t, opts)->wait();
+  return t[0].item<int64_t>();
+}
 
 Checkpointer::Checkpointer(std::string dir, std::shared_ptr<Context> ctx, CheckpointOptions options)
     : dir_(std::move(dir)), ctx_(std::move(ctx)), options_(options) {
@@ -644,6 +717,7 @@ std::optional<RestoreInfo> Checkpointer::restore_latest(const TrainingState& sta
   const auto began = steady_clock::now();
   const int rank = ctx_->rank();
   Checkpointer* snapshots = impl_->snapshots_.get();
+  if (snapshots && snapshots->impl_->other_copies_ > 0) ckpt::share_newest_snapshot(*ctx_, snapshots->dir_);
   const auto listed = snapshots ? ckpt::merge_listings(ckpt::list_checkpoints(dir_), ckpt::list_checkpoints(snapshots->dir_))
                                 : ckpt::list_checkpoints(dir_);
 

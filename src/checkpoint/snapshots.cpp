@@ -10,18 +10,13 @@
 
 namespace cohort::ckpt {
 
-std::string snapshot_dir_for(const std::string& configured, const std::string& checkpoint_dir, bool one_machine,
-                             std::string* why_none) {
+std::string snapshot_dir_for(const std::string& configured, const std::string& checkpoint_dir, std::string* why_none) {
   std::string base = configured;
   if (base.empty())
     if (const char* env = std::getenv("COHORT_SNAPSHOT_DIR")) base = env;
   if (base.empty()) {
     *why_none = "no snapshot directory (set CheckpointOptions::snapshot_dir, or run under cohort run, which sets "
                 "COHORT_SNAPSHOT_DIR)";
-    return "";
-  }
-  if (!one_machine) {
-    *why_none = "the ranks are on several machines; snapshots need every rank on one for now";
     return "";
   }
   // The checkpoint directory as the ranks spell it (they are given the same one); its hash keeps

@@ -20,11 +20,8 @@ namespace cohort::ckpt {
 
 /// The directory for the snapshots of the checkpoints in `checkpoint_dir`: under `configured`, or
 /// else COHORT_SNAPSHOT_DIR, a sub-directory named after `checkpoint_dir` (two Checkpointers of one
-/// job keep apart). Empty, with the reason in `why_none`, when there is neither, or when the ranks
-/// are on several machines (`one_machine` false): each machine's memory would hold only its own
-/// ranks' part of a snapshot (copies on a buddy machine are the next step of issue 19).
-std::string snapshot_dir_for(const std::string& configured, const std::string& checkpoint_dir, bool one_machine,
-                             std::string* why_none);
+/// job keep apart). Empty, with the reason in `why_none`, when there is neither.
+std::string snapshot_dir_for(const std::string& configured, const std::string& checkpoint_dir, std::string* why_none);
 
 /// Both listings as one, newest step first; at the same step the disk checkpoint comes first (it is
 /// the one a finished job's last save wrote on purpose, with its final metadata).

@@ -134,6 +134,7 @@ struct SampleLogs {
 // What the replay of the logs found.
 struct Replay {
   std::vector<int> round_worlds;   // the world size of every round that started, in order
+  std::vector<int64_t> went_back;  // per round after the first: the newest step before it less the step it resumed from
   std::set<int> surviving_worlds;  // the world sizes of the steps that survived
   std::string problems;            // empty: every epoch's samples trained on exactly once
 };
@@ -146,8 +147,12 @@ Replay replay(const SampleLogs& logs, int n, int epochs) {
   std::ostringstream problems;
   problems << logs.problems;
   std::map<int64_t, SampleLogs::Step> history;
+  int64_t newest = 0;  // the newest step any earlier round reached
   for (const auto& [round, start] : logs.starts) {
     out.round_worlds.push_back(start.world);
+    if (round > 0) out.went_back.push_back(newest - start.resumed);
+    if (auto it = logs.steps.find(round); it != logs.steps.end() && !it->second.empty())
+      newest = std::max(newest, it->second.rbegin()->first);
     history.erase(history.upper_bound(start.resumed), history.end());  // rolled back
     if (static_cast<int64_t>(history.size()) != start.resumed) {
       problems << "round " << round << " resumed from step " << start.resumed << " but only " << history.size()
@@ -211,9 +216,10 @@ class LauncherElasticNetns : public ::testing::Test {
     prefix_ = dir_.path() + "/samples";
   }
 
-  // Node i's agent: node 0 hosts the rendezvous at its own address.
-  std::vector<std::string> node(int i) const {
-    return star_->exec_in(
+  // Node i's agent: node 0 hosts the rendezvous at its own address. `snapshots`: the example
+  // also snapshots every step (each node keeps a copy in its own memory).
+  std::vector<std::string> node(int i, bool snapshots = false) const {
+    auto cmd = star_->exec_in(
         i, {COHORT_BIN, "run", "--nnodes", "2:3", "--rdzv-endpoint", NamespaceStar::address(0) + ":29400",
             "--rdzv-id", "netns", "--rdzv-role", i == 0 ? "host" : "member", "--rdzv-settle", "20",
             "--rdzv-timeout", "60", "--node-timeout", "2", "--stop-timeout", "2", "--nproc-per-node", "1",
@@ -221,6 +227,8 @@ class LauncherElasticNetns : public ::testing::Test {
             "--train-limit", std::to_string(kTrainLimit), "--epochs", std::to_string(kEpochs), "--no-eval",
             "--threads", "1", "--log-every", "0", "--ckpt-dir", dir_.path() + "/ckpt", "--ckpt-every", "4",
             "--log-samples", prefix_});
+    if (snapshots) cmd.insert(cmd.end(), {"--snapshot-every", "1"});
+    return cmd;
   }
 
   // A committed checkpoint (its manifest written) saved by `world` ranks exists.
@@ -300,6 +308,37 @@ TEST_F(LauncherElasticNetns, KilledNodeLeavesTwoThatFinish) {
   EXPECT_EQ(replayed.round_worlds.front(), 3);
   EXPECT_EQ(replayed.round_worlds.back(), 2);
   EXPECT_EQ(replayed.surviving_worlds, (std::set<int>{2, 3}));
+}
+
+// In-memory snapshots on every node (issue 19): node 2's agent is killed (its machine's memory
+// goes with it) and a new one joins later with empty memory. The two survivors resume from their
+// own copies, the grown job from the newest snapshot, which the new node receives from the others;
+// no round goes back more than one step, and every sample is still trained on exactly once.
+TEST_F(LauncherElasticNetns, SnapshotsLoseAtMostOneStepWhenANodeIsKilledAndReplaced) {
+  Child n0(node(0, true)), n1(node(1, true)), n2(node(2, true));
+  ASSERT_TRUE(wait_for_logs(prefix_, 120, [](const SampleLogs& l) { return l.last_step(0) >= 10; }))
+      << "round 0 did not get to step 10";
+  kill(n2.pid(), SIGKILL);
+  ASSERT_TRUE(wait_for_logs(prefix_, 120, [](const SampleLogs& l) { return l.last_step(1) >= l.last_step(0) + 5; }))
+      << "the two remaining nodes did not continue";
+  Child n2b(node(2, true));
+  Result r0 = n0.wait(240), r1 = n1.wait(240), r2b = n2b.wait(240);
+  ASSERT_FALSE(r0.timed_out || r1.timed_out || r2b.timed_out);
+  EXPECT_EQ(r0.exit_code(), 0) << r0.err;
+  EXPECT_EQ(r1.exit_code(), 0) << r1.err;
+  EXPECT_EQ(r2b.exit_code(), 0) << r2b.err;
+  const Replay replayed = replay(SampleLogs::read(prefix_), kTrainLimit, kEpochs);
+  EXPECT_EQ(replayed.problems, "");
+  ASSERT_GE(replayed.round_worlds.size(), 3u);
+  EXPECT_EQ(replayed.round_worlds.back(), 3) << "the job did not grow back to three nodes";
+  for (size_t i = 0; i < replayed.went_back.size(); ++i)
+    EXPECT_LE(replayed.went_back[i], 1) << "round " << i + 1 << " went back " << replayed.went_back[i] << " steps";
+  // Every round after the first resumed from a snapshot in memory (rank 0 prints where from).
+  size_t from_memory = 0;
+  for (size_t at = r0.out.find("resumed from /dev/shm/cohort-snapshots-"); at != std::string::npos;
+       at = r0.out.find("resumed from /dev/shm/cohort-snapshots-", at + 1))
+    ++from_memory;
+  EXPECT_EQ(from_memory, replayed.round_worlds.size() - 1) << r0.out;
 }
 
 // The replay itself, on made-up logs (no root needed): it must notice a sample trained on twice

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <random>
 #include <set>
@@ -95,6 +96,29 @@ bool has_checkpoint(const std::string& dir) {
   return false;
 }
 
+// Sends `sig` to one of the job's two workers, chosen at random, `times` times: each time once the
+// job's current start has trained (its first step is done) and `ready` says so, after a random
+// [min_ms, max_ms] more — a random step, during or between saves. Returns the signals sent.
+int signal_at_random_moments(Job& job, const std::string& ckpt, int sig, int times, unsigned seed, int min_ms,
+                             int max_ms, const std::function<bool()>& ready = [] { return true; }) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> after_ms(min_ms, max_ms);
+  int sent = 0;
+  for (int start = 1; sent < times && job.running();) {
+    if (count(read_all(job.log), "first_step_unix_ns") < static_cast<size_t>(start) || !ready()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      continue;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(after_ms(rng)));
+    const auto pids = worker_pids(ckpt);
+    if (pids.size() != 2 || !job.running()) continue;
+    ::kill(pids[rng() % 2], sig);
+    ++sent;
+    ++start;
+  }
+  return sent;
+}
+
 TEST(Recovery, FiveSigkillsStillGiveTheUninterruptedRunsParametersBitwise) {
   if (!have_dataset()) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
   const fs::path dir = fs::temp_directory_path() / ("cohort_recovery_" + std::to_string(::getpid()));
@@ -111,25 +135,8 @@ TEST(Recovery, FiveSigkillsStillGiveTheUninterruptedRunsParametersBitwise) {
   const std::string ckpt = (dir / "faulty").string();
   Job job(run + " --ckpt-dir " + ckpt + example_args, (dir / "faulty.log").string());
   ASSERT_GT(job.pid, 0);
-  std::mt19937 rng(20261130);
-  std::uniform_int_distribution<int> after_ms(200, 1200);
-  int kills = 0;
-  for (int start = 1; kills < 5 && job.running();) {
-    // Wait until this start of the job trained (its first step is done), then kill at a random
-    // moment: a random step, during or between checkpoint saves.
-    // The first start also waits for its first checkpoint, so that every restart resumes.
-    if (count(read_all(job.log), "first_step_unix_ns") < static_cast<size_t>(start) ||
-        !has_checkpoint(ckpt)) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      continue;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(after_ms(rng)));
-    const auto pids = worker_pids(ckpt);
-    if (pids.size() != 2 || !job.running()) continue;
-    ::kill(pids[rng() % 2], SIGKILL);
-    ++kills;
-    ++start;
-  }
+  // The first start also waits for its first checkpoint, so that every restart resumes.
+  const int kills = signal_at_random_moments(job, ckpt, SIGKILL, 5, 20261130, 200, 1200, [&] { return has_checkpoint(ckpt); });
   const int exit_code = job.wait();
   const std::string output = read_all(job.log);
   ASSERT_EQ(kills, 5) << "the job ended before five kills; raise --max-steps: " << output;
@@ -180,21 +187,7 @@ void expect_snapshots_lose_at_most_one_step(int sig, int faults, const std::stri
               " --snapshot-every 1" + example_args,
           (dir / "faulty.log").string());
   ASSERT_GT(job.pid, 0);
-  std::mt19937 rng(20261203);
-  std::uniform_int_distribution<int> after_ms(300, 1500);
-  int sent = 0;
-  for (int start = 1; sent < faults && job.running();) {
-    if (count(read_all(job.log), "first_step_unix_ns") < static_cast<size_t>(start)) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      continue;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(after_ms(rng)));
-    const auto pids = worker_pids(ckpt);
-    if (pids.size() != 2 || !job.running()) continue;
-    ::kill(pids[rng() % 2], sig);
-    ++sent;
-    ++start;
-  }
+  const int sent = signal_at_random_moments(job, ckpt, sig, faults, 20261203, 300, 1500);
   const int exit_code = job.wait();
   const std::string output = read_all(job.log);
   ASSERT_EQ(sent, faults) << "the job ended before the last fault; raise --max-steps: " << output;

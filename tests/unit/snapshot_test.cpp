@@ -31,9 +31,10 @@ fs::path fresh(const std::string& name) {
   return p;
 }
 
+// A DDP SmallNet with SGD; rank r trains on its slice of each global batch.
 struct Trainer {
   explicit Trainer(std::shared_ptr<Context> ctx)
-      : rank(ctx->rank()), model(make_model(ctx)),
+      : rank(ctx->rank()), world(ctx->world_size()), model(make_model(ctx)),
         opt(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9)) {}
   static DistributedDataParallel<SmallNet> make_model(std::shared_ptr<Context> ctx) {
     SmallNet net;
@@ -41,13 +42,13 @@ struct Trainer {
     return DistributedDataParallel(net, ctx);
   }
   void step(const Batch& b) {
-    const auto rows = b.x.size(0) / kWorld;
+    const auto rows = b.x.size(0) / world;
     opt.zero_grad();
     torch::nll_loss(model->forward(b.x.narrow(0, rank * rows, rows)), b.y.narrow(0, rank * rows, rows)).backward();
     opt.step();
   }
   TrainingState state() { return {&*model, &opt, nullptr}; }
-  int rank;
+  int rank, world;
   DistributedDataParallel<SmallNet> model;
   torch::optim::SGD opt;
 };
@@ -173,24 +174,19 @@ TEST(Snapshots, AtTheSameStepTheCheckpointOnDiskIsTaken) {
   fs::remove_all(memory);
 }
 
-TEST(Snapshots, NoneWithoutADirectoryOrAcrossMachinesAndNegativeIsAnError) {
-  const fs::path disk = fresh("disk_none"), memory = fresh("memory_none");
+TEST(Snapshots, NoneWithoutADirectoryAndNegativeIsAnError) {
+  const fs::path disk = fresh("disk_none");
   ::unsetenv("COHORT_SNAPSHOT_DIR");
   const auto batches = make_batches(2, 8);
-  auto train = [&](const CheckpointOptions& options, RankOptions where) {
-    run_ranks(kWorld, [&](std::shared_ptr<Context> ctx) {
-      Trainer t(ctx);
-      Checkpointer checkpoints(disk.string(), ctx, options);
-      for (const auto& b : batches) {
-        t.step(b);
-        checkpoints.maybe_save(t.state());
-      }
-      checkpoints.wait();
-    }, where);
-  };
-  train({.snapshot_every_steps = 1}, kOneMachine);  // no directory: a note, training goes on
-  train({.snapshot_every_steps = 1, .snapshot_dir = memory.string()}, RankOptions{.ranks_per_node = 1});
-  EXPECT_FALSE(fs::exists(memory)) << "two machines: each would hold only its own ranks' part";
+  run_ranks(kWorld, [&](std::shared_ptr<Context> ctx) {  // no directory: a note, training goes on
+    Trainer t(ctx);
+    Checkpointer checkpoints(disk.string(), ctx, {.snapshot_every_steps = 1});
+    for (const auto& b : batches) {
+      t.step(b);
+      checkpoints.maybe_save(t.state());
+    }
+    checkpoints.wait();
+  }, kOneMachine);
   EXPECT_FALSE(fs::exists(disk)) << "no checkpoint was due";
   run_ranks(1, [&](std::shared_ptr<Context> ctx) {
     try {
@@ -200,6 +196,94 @@ TEST(Snapshots, NoneWithoutADirectoryOrAcrossMachinesAndNegativeIsAnError) {
       EXPECT_NE(std::string(e.what()).find("snapshot_every_steps"), std::string::npos) << e.what();
     }
   });
+}
+
+// --- several machines: each keeps a whole copy, and one that lost its copy gets the newest ---
+
+constexpr int kMachines = 2, kPerMachine = 2, kWorld4 = kMachines * kPerMachine;
+
+// Each machine's memory: its own snapshot directory.
+fs::path machine_memory(const fs::path& base, int rank) { return base / ("machine" + std::to_string(rank / kPerMachine)); }
+
+CheckpointOptions four_rank_options(const fs::path& memory, int rank) {
+  return {.every_steps = 4, .snapshot_every_steps = 1, .snapshot_dir = machine_memory(memory, rank).string()};
+}
+
+const RankOptions kTwoMachines{.ranks_per_node = kPerMachine};
+
+std::vector<std::vector<torch::Tensor>> train_six_on_two_machines(const fs::path& disk, const fs::path& memory) {
+  const auto batches = make_batches(6, 8);
+  std::vector<std::vector<torch::Tensor>> after(7);
+  run_ranks(kWorld4, [&](std::shared_ptr<Context> ctx) {
+    Trainer t(ctx);
+    Checkpointer checkpoints(disk.string(), ctx, four_rank_options(memory, ctx->rank()));
+    for (int s = 0; s < 6; ++s) {
+      t.step(batches[s]);
+      checkpoints.maybe_save(t.state());
+      if (t.rank == 0) after[s + 1] = snapshot(*t.model);
+    }
+    checkpoints.wait();
+    EXPECT_EQ(checkpoints.last_error(), "");
+  }, kTwoMachines);
+  return after;
+}
+
+Restored restore_on_two_machines(const fs::path& disk, const fs::path& memory) {
+  std::vector<Restored> by_rank(kWorld4);
+  run_ranks(kWorld4, [&](std::shared_ptr<Context> ctx) {
+    Trainer t(ctx);
+    Checkpointer checkpoints(disk.string(), ctx, four_rank_options(memory, ctx->rank()));
+    const auto info = checkpoints.restore_latest(t.state());
+    ASSERT_TRUE(info.has_value());
+    by_rank[t.rank] = {info->step, info->from_snapshot, snapshot(*t.model)};
+  }, kTwoMachines);
+  for (int r = 1; r < kWorld4; ++r) {  // every rank restored the same, whichever machine's copy it read
+    SCOPED_TRACE("rank " + std::to_string(r));
+    EXPECT_EQ(by_rank[r].step, by_rank[0].step);
+    expect_equal(by_rank[r].params, by_rank[0].params);
+  }
+  return by_rank[0];
+}
+
+TEST(SnapshotsOnSeveralMachines, EachMachineKeepsAWholeCopy) {
+  const fs::path disk = fresh("disk_two"), memory = fresh("memory_two");
+  train_six_on_two_machines(disk, memory);
+  for (int m = 0; m < kMachines; ++m) {
+    SCOPED_TRACE("machine " + std::to_string(m));
+    const fs::path mine = machine_memory(memory, m * kPerMachine);
+    EXPECT_EQ(committed_steps(mine), (std::set<int64_t>{5, 6}));
+    const fs::path six = snapshot_step(mine, 6);
+    EXPECT_EQ(ckpt::verify_checkpoint(six.string()), "") << "a whole, valid copy on every machine";
+  }
+  fs::remove_all(disk);
+  fs::remove_all(memory);
+}
+
+TEST(SnapshotsOnSeveralMachines, AMachineThatLostItsMemoryGetsTheNewestFromAnother) {
+  const fs::path disk = fresh("disk_lost"), memory = fresh("memory_lost");
+  const auto after = train_six_on_two_machines(disk, memory);
+  fs::remove_all(machine_memory(memory, kPerMachine));  // machine 1 replaced: its memory is empty
+  const Restored r = restore_on_two_machines(disk, memory);
+  EXPECT_EQ(r.step, 6);
+  EXPECT_TRUE(r.from_snapshot);
+  expect_equal(r.params, after[6]);
+  EXPECT_EQ(committed_steps(machine_memory(memory, kPerMachine)), (std::set<int64_t>{6})) << "sent, checked, written";
+  fs::remove_all(disk);
+  fs::remove_all(memory);
+}
+
+TEST(SnapshotsOnSeveralMachines, ACopyDamagedOnTheWayIsNotUsedAndTheRestoreTakesWhatAllHave) {
+  const fs::path disk = fresh("disk_damaged"), memory = fresh("memory_damaged");
+  const auto after = train_six_on_two_machines(disk, memory);
+  fs::remove_all(machine_memory(memory, kPerMachine));
+  ::setenv("COHORT_TEST_DAMAGE_SNAPSHOT_SENT", "1", 1);
+  const Restored r = restore_on_two_machines(disk, memory);
+  ::unsetenv("COHORT_TEST_DAMAGE_SNAPSHOT_SENT");
+  EXPECT_EQ(r.step, 4) << "machine 1 has only the checkpoint on disk";
+  EXPECT_FALSE(r.from_snapshot);
+  expect_equal(r.params, after[4]);
+  fs::remove_all(disk);
+  fs::remove_all(memory);
 }
 
 }  // namespace
