@@ -826,7 +826,7 @@ std::optional<RestoreInfo> Checkpointer::restore_latest(const TrainingState& sta
   step_ = m.step;
   if (snapshots) {
     snapshots->step_ = m.step;
-    if (rank == 0) ckpt::drop_snapshots_after(snapshots->dir_, m.step);
+    if (ctx_->local_rank() == 0) ckpt::drop_snapshots_after(snapshots->dir_, m.step);  // each machine's copy
   }
   impl_->monitor_->set_step(m.step);  // the monitor's step numbers continue from here
   if (rank == 0)
