@@ -12,9 +12,6 @@
 namespace cohort::ckpt {
 namespace {
 
-// A manifest lists files and small JSON states; 64 MiB is far beyond any real one.
-constexpr uint64_t kMaxManifestBytes = 64u << 20;
-
 std::vector<std::string> entries_of(const std::string& dir) {
   std::vector<std::string> names;
   if (DIR* d = ::opendir(dir.c_str())) {

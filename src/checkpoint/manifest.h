@@ -24,6 +24,9 @@
 namespace cohort::ckpt {
 
 inline constexpr const char* kManifestName = "manifest.json";
+/// A manifest larger than this is refused rather than read: it lists files and small JSON states,
+/// and 64 MiB is far beyond any real one.
+inline constexpr uint64_t kMaxManifestBytes = 64u << 20;
 inline constexpr const char* kFormatName = "cohort-checkpoint";
 inline constexpr int kFormatVersion = 1;
 

@@ -49,26 +49,18 @@ Newest newest_valid(const std::string& dir) {
   return {};
 }
 
-std::string read_file(const std::string& path, int rank) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) throw CheckpointError(rank, "cannot read " + path + ": " + std::strerror(errno));
-  std::string out;
-  char buffer[1 << 16];
-  for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), f)) > 0;) out.append(buffer, n);
-  std::fclose(f);
-  return out;
-}
-
 // The snapshot as one blob: an 8-byte length, a JSON index [{name, bytes}], then the files' bytes
 // in index order, the manifest first. Empty when it holds files of other roles than the
 // replicated ones (which never happens on several machines: checkpointer.cpp takes none there).
 std::string pack(const Newest& n, int rank) {
   nlohmann::json index = nlohmann::json::array();
-  std::string bytes = read_file(n.path + "/" + kManifestName, rank);
+  // Regular files only, and no more than the manifest lists (file_io.h): a snapshot directory is
+  // read as carefully as a checkpoint.
+  std::string bytes = read_small_file(n.path + "/" + kManifestName, kMaxManifestBytes, rank);
   index.push_back({{"name", kManifestName}, {"bytes", bytes.size()}});
   for (const auto& f : n.manifest->files) {
     if (f.role != "model" && f.role != "optimizer") return "";
-    std::string data = read_file(n.path + "/" + f.name, rank);
+    std::string data = read_small_file(n.path + "/" + f.name, f.bytes, rank);
     index.push_back({{"name", f.name}, {"bytes", data.size()}});
     bytes += data;
   }
