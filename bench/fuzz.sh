@@ -27,7 +27,10 @@ fi
 COHORT_SETUP_NO_BUILD=1 bash scripts/setup.sh  # nlohmann-json, spdlog, xxhash headers
 
 cmake -S fuzz -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build-fuzz >/dev/null
+# Quiet unless it fails: then the build's own output says why (ninja prints errors on stdout).
+build_log=$(mktemp)
+cmake --build build-fuzz >"$build_log" 2>&1 || { cat "$build_log" >&2; rm -f "$build_log"; echo "fuzz.sh: the harnesses do not build" >&2; exit 1; }
+rm -f "$build_log"
 [ "$seconds" -gt 0 ] || { echo "fuzz: harnesses built in build-fuzz"; exit 0; }
 
 harnesses=(manifest safetensors_header sampler_state agent_message channel_frames worker_datagram event_log)
