@@ -7,6 +7,10 @@ same way (every 20th fortune held out), the same windows drawn by torch's Distri
 AdamW (betas 0.9/0.95, weight decay on matrices only, via parameter groups), a cosine schedule with
 warm-up, gradient clipping at 1.0. Started once per rank with RANK / WORLD_SIZE / MASTER_ADDR /
 MASTER_PORT set; prints one JSON line per rank with the example's field names.
+
+--device cuda (scripts/gpu-check.sh, a world of one): NCCL, bf16 autocast, the loss read back every
+step as the example does (so both time the same synchronised steps); --fused-adamw picks PyTorch's
+fused AdamW instead of its default (foreach) one.
 """
 import argparse, json, math, os, time
 
@@ -95,22 +99,28 @@ def main():
     p.add_argument("--timing-warmup", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--fused-adamw", action="store_true")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     c = dict(PRESETS[a.preset])
     c.update({k: v for k, v in (("layers", a.layers), ("dim", a.dim)) if v})
     t = a.seq_len or c["positions"]
-    dist.init_process_group("gloo")
+    cuda = a.device == "cuda"
+    dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
+    device = torch.device("cuda", rank % torch.cuda.device_count()) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
     tokens = load_corpus(a.corpus)
     windows = (tokens.numel() - 1) // t
     sampler = DistributedSampler(range(windows), num_replicas=world, rank=rank, shuffle=True, seed=0)
-    model = DDP(Gpt(c))
+    model = DDP(Gpt(c).to(device), device_ids=[device.index] if cuda else None)
     decay = [q for q in model.parameters() if q.dim() >= 2]
     no_decay = [q for q in model.parameters() if q.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
+                            lr=a.lr, betas=(0.9, 0.95), eps=1e-8, **({"fused": True} if a.fused_adamw else {}))
     warmup, min_lr = 20, a.lr / 10
 
     def lr_at(s):
@@ -127,13 +137,15 @@ def main():
             t0 = time.perf_counter()
             starts = torch.tensor(order[at:at + a.batch]) * t
             w = tokens[starts.unsqueeze(1) + torch.arange(t + 1)].long()
-            x, y = w[:, :t], w[:, 1:]
+            x, y = w[:, :t].to(device), w[:, 1:].to(device)
             for g in opt.param_groups:
                 g["lr"] = lr_at(step)
             opt.zero_grad(set_to_none=True)
-            logits = model(x)
-            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), y.reshape(-1))
+            with torch.autocast("cuda", torch.bfloat16, enabled=cuda):
+                logits = model(x)
+                loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), y.reshape(-1))
             loss.backward()
+            loss_value = loss.item()  # as the example reads it: every step ends synchronised
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             step += 1
@@ -143,8 +155,9 @@ def main():
             if step >= a.steps:
                 break
         epoch += 1
-    print(json.dumps({"peer": "python_ddp", "rank": rank, "world_size": world, "steps": step, "train_loss": loss.item(),
-                      "tokens_per_s": timed * a.batch * world * t / timed_s, "torch": torch.__version__}), flush=True)
+    print(json.dumps({"peer": "python_ddp", "rank": rank, "world_size": world, "steps": step, "train_loss": loss_value,
+                      "tokens_per_s": timed * a.batch * world * t / timed_s, "torch": torch.__version__,
+                      "device": a.device, "fused_adamw": a.fused_adamw}), flush=True)
     dist.destroy_process_group()
 
 

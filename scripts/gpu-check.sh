@@ -4,7 +4,8 @@
 # world of one over NCCL: DDP, each sharding level, checkpoints of CUDA parameters, optimizer state
 # and CUDA RNG, the monitor's CUDA memory, the init errors — then, on a GPU, the GPT example at
 # GPT-2 124M size (bf16 autocast, batch 16 x 1024 tokens, a world of one over NCCL: tokens/s and
-# MFU against the H100/H200's 989 TFLOP/s), and prints one JSON line of results.
+# MFU against the H100/H200's 989 TFLOP/s) beside its Python peer with PyTorch's DDP on the same
+# GPU (bench/peer_gpt.py: default and fused AdamW), and prints one JSON line of results.
 # Sized to fit in 8 minutes on 16 cores (only the targets the CUDA tests need are built).
 #
 # Without a GPU it still builds and runs the same tests, which then skip with their reason, and the
@@ -37,6 +38,7 @@ deps=()
 if [ -n "${GPU_CHECK_DEPS:-}" ]; then
   export PKG_CONFIG_SYSROOT_DIR="$GPU_CHECK_DEPS" PKG_CONFIG_LIBDIR="$GPU_CHECK_DEPS/usr/lib/x86_64-linux-gnu/pkgconfig:$GPU_CHECK_DEPS/usr/share/pkgconfig"
   export LD_LIBRARY_PATH="$GPU_CHECK_DEPS/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export PATH="$PATH:$GPU_CHECK_DEPS/usr/bin"  # pkg-config, where the machine has none of its own
   deps=(-DCMAKE_INCLUDE_PATH="$GPU_CHECK_DEPS/usr/include" -DCMAKE_LIBRARY_PATH="$GPU_CHECK_DEPS/usr/lib/x86_64-linux-gnu")
   prefix="$prefix;$GPU_CHECK_DEPS/usr"
 fi
@@ -57,6 +59,14 @@ if "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else
   timeout 240 "$build/examples/gpt/gpt" --device cuda --preset gpt2-124m --batch 16 --steps 40 --timing-warmup 10 \
     --corpus "$corpus" --eval-windows 16 --sample-tokens 0 --log-every 10 --threads 4 >"$results/gpt.out" 2>>"$log"
   tail -n 1 "$results/gpt.out" > "$results/gpt.json"
+  # The peer, side by side on the same GPU: the same model and step in Python with PyTorch's DDP
+  # (bench/peer_gpt.py), with PyTorch's default AdamW on CUDA (foreach) and its fused one.
+  for adamw in foreach fused; do
+    flag=(); [ "$adamw" = fused ] && flag=(--fused-adamw)
+    RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29533 timeout 180 "$python" bench/peer_gpt.py \
+      --device cuda --preset gpt2-124m --batch 16 --steps 40 --timing-warmup 10 --corpus "$corpus" "${flag[@]}" \
+      >"$results/peer_$adamw.out" 2>>"$log"
+  done
 fi
 
 "$python" - "$results" "$start" "$python" <<'PY'
@@ -89,8 +99,20 @@ if os.path.exists(os.path.join(results, "gpt.json")):
     except ValueError:
         gpt = {"error": open(os.path.join(results, "gpt.out"), errors="replace").read()[-300:]}
         failed += 1
+peer = {}
+for adamw in ("foreach", "fused"):
+    path = os.path.join(results, f"peer_{adamw}.out")
+    if os.path.exists(path):
+        try:
+            peer[adamw] = round(json.loads(open(path).read().strip().splitlines()[-1])["tokens_per_s"])
+        except (ValueError, IndexError, KeyError):
+            peer[adamw] = "failed: see gpu-check.log"
+if gpt and isinstance(gpt.get("tokens_per_s"), (int, float)):
+    for adamw, tps in list(peer.items()):
+        if isinstance(tps, (int, float)) and tps > 0:
+            peer[f"cohort_over_{adamw}"] = round(gpt["tokens_per_s"] / tps, 3)
 # With a GPU every CUDA test must run; without one they skip (and init's error test runs instead).
 print(json.dumps({"ok": failed == 0 and (env.get("gpu") is None or cuda_skipped == 0), **env,
-                  "passed": passed, "failed": failed, "skipped": skipped, "gpt": gpt,
+                  "passed": passed, "failed": failed, "skipped": skipped, "gpt": gpt, "peer_gpt": peer or None,
                   "seconds": round(time.time() - start, 1), "tests": tests}))
 PY

@@ -25,7 +25,7 @@ if mode == "cuda":
     assert rc == 0 and r["ok"] is True, r
     assert r["gpu"] is None and r["torch"].startswith("2."), r
     cuda = {k: v for k, v in r["tests"].items() if k.startswith(("Cuda", "Levels/CudaSharded"))}
-    assert len(cuda) == 6 and all(v == "skipped" for v in cuda.values()), cuda
+    assert len(cuda) == 7 and all(v == "skipped" for v in cuda.values()), cuda
     assert r["tests"]["Init.CudaWithoutCudaIsAOneLineErrorOnEveryRank"] == "passed", r["tests"]
 else:
     assert rc == 1 and r["ok"] is False and r["failed"].startswith("build flags: USE_C10D_NCCL"), r

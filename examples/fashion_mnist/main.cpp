@@ -174,8 +174,6 @@ Outcome train_loop(const Flags& flags, FashionMnist& train_set, cohort::Distribu
       after_step();
       out.last_loss = loss.template item<double>();
       ++out.steps;
-      // Step time and its phases, samples/s, gradient norm, memory, communication: to the agent.
-      cohort::monitor().step(out.steps, {{"loss", out.last_loss}, {"lr", flags.lr}});
       sample_log.step(out.steps, epoch);  // before the checkpoint that may cover this step
       if (flags.report_first_step && rank == 0 && out.steps == first_step + 1) {
         const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -189,6 +187,10 @@ Outcome train_loop(const Flags& flags, FashionMnist& train_set, cohort::Distribu
           note_job_loss();
         checkpoints->maybe_save(module, optimizer, sampler);
       }
+      // Step time and its phases, samples/s, gradient norm, memory, communication: to the agent.
+      // After maybe_save: a step reported done is then within one step of a committed snapshot.
+      cohort::monitor().step(out.steps, {{"loss", out.last_loss}, {"lr", flags.lr}});
+      sample_log.done(out.steps);
       if (out.steps - first_step == flags.warmup_steps) timer_start = clock::now();
       if (out.steps - first_step > flags.warmup_steps) {
         ++timed_steps;

@@ -6,8 +6,11 @@
 // killed mid-write leaves at most one partial last line, which a reader skips):
 //   {"round":n,"world":W,"rank":r,"resumed_step":s}                 once per start (s = 0: fresh)
 //   {"round":n,"world":W,"rank":r,"step":k,"epoch":e,"samples":[...]}  after every optimizer step
+//   {"round":n,"world":W,"rank":r,"done":k}                         after its maybe_save returned
 // `round` is COHORT_RESTART_COUNT. A step is logged before the checkpoint that may include it is
-// saved, so every step a checkpoint covers is in the log.
+// saved, so every step a checkpoint covers is in the log; "done" is where cohort counts the step
+// finished (and where the example reports it to the monitor): how far a restart went back is
+// counted from there.
 #pragma once
 
 #include <cohort/cohort.h>
@@ -70,6 +73,12 @@ class SampleLog {
     line["step"] = step;
     line["epoch"] = epoch;
     line["samples"] = *last_;
+    write(line);
+  }
+
+  void done(int64_t step) {
+    nlohmann::json line = head();
+    line["done"] = step;
     write(line);
   }
 

@@ -45,10 +45,13 @@ struct MatrixDecay {
     if (wd == 0) return;
     torch::NoGradGuard no_grad;
     const double factor = 1.0 - lr * wd;
+    // The whole tensors in one call (one launch on a GPU; the same multiply, so the same bits).
+    std::vector<torch::Tensor> whole;
+    for (size_t i = 0; i < params.size(); ++i)
+      if (!masks[i].defined()) whole.push_back(params[i]);
+    if (!whole.empty()) torch::_foreach_mul_(whole, factor);
     for (size_t i = 0; i < params.size(); ++i) {
-      if (!masks[i].defined()) {
-        params[i].mul_(factor);
-      } else {
+      if (masks[i].defined()) {
         params[i].mul_(torch::where(masks[i], torch::scalar_tensor(factor, params[i].options()),
                                     torch::scalar_tensor(1.0, params[i].options())));
       }
@@ -186,7 +189,9 @@ nlohmann::json train(M& model, std::shared_ptr<cohort::Context> ctx, const Corpu
   const auto state = [&] { return cohort::TrainingState{&*model, &optimizer, &sampler, {{"schedule", &schedule}}}; };
   if (!o.ckpt_dir.empty()) {
     checkpoints = std::make_unique<cohort::Checkpointer>(
-        o.ckpt_dir, ctx, cohort::CheckpointOptions{.every_steps = o.ckpt_every, .async = !o.ckpt_sync, .snapshot_every_steps = o.snapshot_every});
+        o.ckpt_dir, ctx,
+        cohort::CheckpointOptions{.every_steps = o.ckpt_every, .async = !o.ckpt_sync, .snapshot_every_steps = o.snapshot_every,
+                                  .snapshot_dir = ""});  // "": COHORT_SNAPSHOT_DIR, from cohort run
     if (auto r = checkpoints->restore_latest(state()); r && c.rank() == 0)
       std::cout << "resumed from " << r->path << " (step " << r->step << ")" << std::endl;
   }
@@ -237,12 +242,13 @@ nlohmann::json train(M& model, std::shared_ptr<cohort::Context> ctx, const Corpu
         timed_s += seconds;
       }
       const double tps = tokens_per_step / seconds;
-      cohort::monitor().step(step, {{"loss", loss_sum}, {"lr", lr}, {"tokens_per_s", tps}, {"mfu", tps * cfg.flops_per_token() / peak}});
       if (o.log_every > 0 && step % o.log_every == 0) {
         last_loss = sum_over_ranks(c, {loss_sum})[0] / c.world_size();  // the job's loss: every rank's batch
         if (c.rank() == 0) std::cout << "step " << step << " loss " << std::setprecision(9) << last_loss << " lr " << lr << std::endl;
       }
       if (checkpoints) checkpoints->maybe_save(state());
+      // After maybe_save: a step reported done is then within one step of a committed snapshot.
+      cohort::monitor().step(step, {{"loss", loss_sum}, {"lr", lr}, {"tokens_per_s", tps}, {"mfu", tps * cfg.flops_per_token() / peak}});
       if (o.eval_every > 0 && step % o.eval_every == 0) {
         val_loss = evaluate(model, c, val_set, o, device);
         if (c.rank() == 0) std::cout << "step " << step << " val_loss " << val_loss << std::endl;

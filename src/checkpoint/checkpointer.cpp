@@ -44,6 +44,7 @@
 #include "checkpoint/commit_parts.h"
 #include "checkpoint/rank_state_file.h"
 #include "checkpoint/shard_files.h"
+#include "checkpoint/program_identity.h"
 #include "checkpoint/snapshot_sharing.h"
 #include "checkpoint/snapshots.h"
 #include "checkpoint/training_state.h"
@@ -356,6 +357,7 @@ class Checkpointer::Impl {
     m.metadata = job.metadata;
     m.user = job.user;
     m.sharding_json = job.sharding_json;
+    m.program = program_;  // snapshots only (program_identity.h)
     for (const auto& part : collect_parts(job)) {
       if (part.contains("error"))
         throw CheckpointError(rank_, "checkpoint " + path + " not committed: " + part["error"].get<std::string>());
@@ -528,6 +530,7 @@ class Checkpointer::Impl {
     snapshots_ = std::make_unique<Checkpointer>(std::move(dir), owner_.ctx_, options);
     Impl& inner = *snapshots_->impl_;
     inner.is_snapshots_ = true;
+    inner.program_ = ckpt::program_identity(rank_);
     inner.writes_replicated_ = rank_ == 0 || ctx_.local_rank() == 0;
     inner.other_copies_ = machines - 1;
   }
@@ -585,6 +588,7 @@ class Checkpointer::Impl {
   steady_clock::time_point last_save_ = steady_clock::now();
   std::unique_ptr<Checkpointer> snapshots_;  // in-memory snapshots, when asked for and possible
   bool is_snapshots_ = false;                // this is a snapshot Checkpointer (no monitor events)
+  std::string program_;                      // snapshots: this program's identity, in the manifests written
   bool writes_replicated_ = rank_ == 0;      // writes the replicated files (snapshots: each machine's first rank)
   int64_t other_copies_ = 0;                 // snapshots: machines other than rank 0's that keep a copy
   bool per_rank_noted_ = false;              // said once why a job of several machines takes no snapshots
@@ -690,7 +694,7 @@ bool Checkpointer::maybe_save(const TrainingState& state) {
     due = false;
   }
   if (!due) {
-    impl_->maybe_snapshot(state);  // a checkpoint of this step makes its snapshot needless
+    impl_->maybe_snapshot(state);
     return false;
   }
   try {
@@ -699,6 +703,9 @@ bool Checkpointer::maybe_save(const TrainingState& state) {
       if (!e.empty()) detail::log_warn("background checkpoint save failed (training continues): " + e);
       impl_->last_save_ = steady_clock::now();
       impl_->start(impl_->snapshot(state, /*copy=*/true));
+      // The disk save commits in the background, perhaps steps from now: the snapshot of this
+      // step keeps the newest committed state within one step of training meanwhile.
+      impl_->maybe_snapshot(state);
     } else {
       save(state);
     }
@@ -742,6 +749,13 @@ std::optional<RestoreInfo> Checkpointer::restore_latest(const TrainingState& sta
       if (c.step > bound) continue;
       if (!c.manifest) {
         if (warned.insert(c.path).second) detail::log_warn("skipping checkpoint " + c.path + ": " + c.problem);
+        continue;
+      }
+      if (snapshots && !c.manifest->program.empty() && !snapshots->impl_->program_.empty() &&
+          c.manifest->program != snapshots->impl_->program_) {  // a snapshot of another program version
+        if (warned.insert(c.path).second)
+          detail::log_warn("skipping snapshot " + c.path + ": written by another program version (" + c.manifest->program +
+                           "; this rank runs " + snapshots->impl_->program_ + ")");
         continue;
       }
       try {

@@ -34,6 +34,7 @@ std::string Manifest::to_json() const {
     auto& texts = j["rank_state"] = nlohmann::ordered_json::object();
     for (const auto& [rank, text] : rank_state) texts[std::to_string(rank)] = text;
   }
+  if (!program.empty()) j["program"] = program;
   return j.dump(1) + "\n";
 }
 
@@ -44,6 +45,7 @@ namespace {
 constexpr int64_t kMaxStep = int64_t{1} << 62;
 constexpr int64_t kMaxWorldSize = 1 << 24;
 constexpr int64_t kMaxFileBytes = int64_t{1} << 56;
+constexpr size_t kMaxProgramIdentity = 256;  // a label or "exe-xxh3:<16 hex>" (program_identity.h)
 
 std::string string_field(const nlohmann::json& j, const char* key) {
   auto it = j.find(key);
@@ -198,6 +200,12 @@ Manifest Manifest::parse(const std::string& text) {
       if (rank < 0 || rank >= m.world_size)
         throw std::runtime_error("has \"rank_state\" of \"" + key.substr(0, 40) + "\", not a rank of the job");
       m.rank_state[static_cast<int>(rank)] = text;
+    }
+    if (j.contains("program")) {
+      m.program = string_field(j, "program");
+      if (m.program.empty() || m.program.size() > kMaxProgramIdentity)
+        throw std::runtime_error("has a \"program\" of " + std::to_string(m.program.size()) + " characters (1 to " +
+                                 std::to_string(kMaxProgramIdentity) + ")");
     }
     check_required_files(m);
   } catch (const nlohmann::json::exception& e) {

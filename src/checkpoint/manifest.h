@@ -8,8 +8,9 @@
 //    "rng": [{"rank": 0, "cpu": "<hex>"}, ...], "metadata": {"<key>": "<value>"},
 //    "user": {"<name>": "<Stateful::state_dict() text>"},
 //    "sharding": {...},   (sharded state only: shard files have role "shard", one per rank)
-//    "rank_state": {"<rank>": "<text>"}}   (replicated state whose ranks keep state of their own,
+//    "rank_state": {"<rank>": "<text>"},   (replicated state whose ranks keep state of their own,
 //                         e.g. a DDP comm hook's: files of role "rank_state", one per rank)
+//    "program": "<identity>"}   (in-memory snapshots only: the program that wrote it, program_identity.h)
 //
 // docs/checkpointing.md describes every field. Internal header, no torch.
 #pragma once
@@ -59,6 +60,8 @@ struct Manifest {
   std::string sharding_json;
   /// Each rank's own state's text (RankState::text), with its "rank_state" file; empty: none.
   std::map<int, std::string> rank_state;
+  /// The writing program's identity (program_identity.h); in-memory snapshots only, else empty.
+  std::string program;
 
   std::string to_json() const;
   /// Throws std::runtime_error naming what is wrong (not JSON, a missing field, another format).

@@ -1,6 +1,7 @@
 // FusedAdam / FusedAdamW: libtorch's Adam / AdamW step() with the element-wise work done by one
-// fused loop per parameter (adam_kernel.h). State handling — creation, keys, fields — is the base
-// class's, line for line, so everything that reads an Adam's state keeps working.
+// fused loop per parameter (adam_kernel.h) on the CPU, and by ATen's multi-tensor fused kernel on
+// CUDA (aten_fused_adam.h). State handling — creation, keys, fields — is the base class's, line
+// for line, so everything that reads an Adam's state keeps working.
 #include "cohort/fused_adam.h"
 
 #include <ATen/Parallel.h>
@@ -10,6 +11,7 @@
 
 #include "cohort/torch_compat.h"
 #include "optim/adam_kernel.h"
+#include "optim/aten_fused_adam.h"
 #include "optim/fusable.h"
 #include "runtime/torch_compat_internal.h"
 
@@ -108,7 +110,14 @@ Tensor fused_or_base_step(Base& self, torch::optim::Optimizer::LossClosure closu
                           std::vector<torch::optim::OptimizerParamGroup>& groups, StateMap& state, bool decoupled) {
   return detail::closure_then_fused_or_base(
       closure, [&] { return fusable_step<Options, State>(groups, state); },
-      [&] { fused_step<Options, State>(groups, state, decoupled); }, [&] { self.Base::step(nullptr); });
+      [&] { fused_step<Options, State>(groups, state, decoupled); },
+      [&] {
+        if (detail::aten_fusable_step<Options, State>(groups, state)) {
+          detail::aten_fused_step<Options, State>(groups, state, decoupled);
+        } else {
+          self.Base::step(nullptr);
+        }
+      });
 }
 
 }  // namespace

@@ -28,6 +28,10 @@ inline WorkHandle native_allgather(Backend& group, at::Tensor& output, at::Tenso
 // The TCPStore's server binds every interface; from libtorch 2.8 it can take a listening socket
 // instead (TCPStoreOptions::masterListenFd, in both of its backends), which cohort binds to the
 // master address only. 1.13 has no such option.
+// ATen's multi-tensor fused Adam / AdamW kernels (at::_fused_adam_, at::_fused_adamw_), which
+// FusedAdam / FusedAdamW run on CUDA parameters (src/optim/aten_fused_adam.h): libtorch 2.0 on.
+#define COHORT_HAS_ATEN_FUSED_ADAM (TORCH_VERSION_MAJOR >= 2)
+
 #define COHORT_TCPSTORE_TAKES_LISTEN_FD (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 8))
 
 template <typename StateMap, typename TensorT>

@@ -66,6 +66,9 @@ TEST(CheckpointHostile, ManifestsThatLieAreRefused) {
   with_rank_state["files"].push_back(rank_state_file());
   with_rank_state["rank_state"] = json{{"0", "{}"}};
   ASSERT_EQ(manifest_problem(with_rank_state), "");
+  json with_program = good_manifest();
+  with_program["program"] = "exe-xxh3:0123456789abcdef";
+  ASSERT_EQ(ckpt::Manifest::parse(with_program.dump()).program, "exe-xxh3:0123456789abcdef");
   const std::vector<std::pair<std::function<void(json&)>, std::string>> cases{
       {[](json& m) { m["files"] = json::array(); }, "lists 0 model files"},
       {[](json& m) { m["files"].erase(0); }, "lists 0 model files"},
@@ -100,6 +103,10 @@ TEST(CheckpointHostile, ManifestsThatLieAreRefused) {
          m["rank_state"] = json{{"0", 5}};
        },
        "\"rank_state\" with a value that is not a string"},
+      // The writer's identity (snapshots): a string of 1 to 256 characters.
+      {[](json& m) { m["program"] = 7; }, "\"program\" string"},
+      {[](json& m) { m["program"] = ""; }, "\"program\" of 0 characters"},
+      {[](json& m) { m["program"] = std::string(300, 'v'); }, "\"program\" of 300 characters"},
   };
   for (const auto& [damage, needle] : cases) {
     json m = good_manifest();

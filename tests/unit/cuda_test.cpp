@@ -11,6 +11,8 @@
 
 #include "cohort/cohort.h"
 #include "support/ddp_fixtures.h"
+#include "support/optim_fixtures.h"
+#include "optim/aten_fused_adam.h"
 #include "support/thread_ranks.h"
 #include "unit/sharded/sharded_fixtures.h"
 #include "runtime/torch_compat_internal.h"
@@ -189,6 +191,41 @@ TEST(Cuda, MonitorReportsCudaMemory) {
     ASSERT_TRUE(rec->cuda_bytes.has_value()) << "a libtorch with CUDA reports the caching allocator's bytes";
     EXPECT_GT(*rec->cuda_bytes, 0);
   });
+}
+
+// FusedAdamW on CUDA parameters: ATen's multi-tensor kernel on libtorch 2.x (aten_fused_adam.h;
+// libtorch's own step on 1.13), the same parameters and state as libtorch's AdamW after 10 steps
+// to float rounding, with decoupled weight decay and amsgrad.
+TEST(Cuda, FusedAdamWOnCudaMatchesLibtorchsAdamW) {
+  SKIP_WITHOUT_CUDA();
+  std::vector<torch::Tensor> a, b;
+  for (const auto& p : make_params()) {
+    a.push_back(p.detach().to(kCuda).set_requires_grad(true));
+    b.push_back(p.detach().to(kCuda).set_requires_grad(true));
+  }
+  const auto options = torch::optim::AdamWOptions(1e-2).weight_decay(0.1).amsgrad(true);
+  torch::optim::AdamW ref(a, options);
+  cohort::FusedAdamW fused(b, options);
+  for (int s = 0; s < 10; ++s) {
+    set_grads(a, s);
+    set_grads(b, s);
+    for (auto& p : a) p.mutable_grad() = p.grad().to(kCuda);
+    for (auto& p : b) p.mutable_grad() = p.grad().to(kCuda);
+    if (s == 0) {
+      EXPECT_EQ((cohort::detail::aten_fusable_step<torch::optim::AdamWOptions, torch::optim::AdamWParamState>(
+                    fused.param_groups(), fused.state())),
+                cohort::detail::aten_fused_adam_available());
+    }
+    ref.step();
+    fused.step();
+  }
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_LE(relative_diff(b[i].detach(), a[i].detach()), 1e-6) << "parameter " << i;
+    const auto key = cohort::optimizer_state_key<std::decay_t<decltype(fused.state())>>(b[i]);
+    const auto& s = static_cast<const torch::optim::AdamWParamState&>(*fused.state().at(key));
+    EXPECT_EQ(s.step(), 10);
+    EXPECT_TRUE(s.exp_avg().is_cuda() && s.max_exp_avg_sq().is_cuda());
+  }
 }
 
 }  // namespace

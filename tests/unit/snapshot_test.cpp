@@ -118,7 +118,8 @@ void expect_equal(const std::vector<torch::Tensor>& a, const std::vector<torch::
 TEST(Snapshots, TheNewestTwoAreKeptAndRestoreTakesTheNewestBitwise) {
   const fs::path disk = fresh("disk"), memory = fresh("memory");
   const auto after = train_six(disk, memory);
-  // Step 4 went to disk (no snapshot of it is needed); 5 and 6 are snapshots, older ones retired.
+  // Step 4 went to disk (and to a snapshot: the disk save commits in the background); 5 and 6 are
+  // the snapshots kept, older ones retired.
   EXPECT_EQ(committed_steps(memory), (std::set<int64_t>{5, 6}));
   std::set<int64_t> on_disk;
   for (const auto& c : ckpt::list_checkpoints(disk.string())) on_disk.insert(c.step);
@@ -172,6 +173,32 @@ TEST(Snapshots, AtTheSameStepTheCheckpointOnDiskIsTaken) {
   expect_equal(r.params, after[6]);
   fs::remove_all(disk);
   fs::remove_all(memory);
+}
+
+// A replacement of another program version (issue 19): each snapshot names the program that wrote
+// it (COHORT_PROGRAM_VERSION, else the executable's hash); a job running another one skips the
+// snapshots, saying whose they are, for the checkpoint on disk — never their state.
+TEST(Snapshots, AnotherProgramVersionSkipsTheSnapshotsForTheDisk) {
+  const fs::path disk = fresh("disk_version"), memory = fresh("memory_version");
+  ::setenv("COHORT_PROGRAM_VERSION", "build-1", 1);
+  const auto after = train_six(disk, memory);
+  ::setenv("COHORT_PROGRAM_VERSION", "build-2", 1);
+  ::testing::internal::CaptureStderr();
+  const Restored r = restore(disk, memory);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(r.step, 4);
+  EXPECT_FALSE(r.from_snapshot);
+  expect_equal(r.params, after[4]);
+  EXPECT_NE(err.find("written by another program version (build-1; this rank runs build-2)"), std::string::npos) << err;
+  // The same program (the test binary's own hash, no label) takes the snapshots as before.
+  ::unsetenv("COHORT_PROGRAM_VERSION");
+  const fs::path disk2 = fresh("disk_version2"), memory2 = fresh("memory_version2");
+  const auto after2 = train_six(disk2, memory2);
+  const Restored same = restore(disk2, memory2);
+  EXPECT_EQ(same.step, 6);
+  EXPECT_TRUE(same.from_snapshot);
+  expect_equal(same.params, after2[6]);
+  for (const auto& d : {disk, memory, disk2, memory2}) fs::remove_all(d);
 }
 
 TEST(Snapshots, NoneWithoutADirectoryAndNegativeIsAnError) {

@@ -13,6 +13,7 @@
 #include "cohort/checkpointer.h"
 #include "cohort/distributed_data_parallel.h"
 #include "cohort/fused_adam.h"
+#include "optim/aten_fused_adam.h"
 #include "support/ddp_fixtures.h"
 #include "support/optim_fixtures.h"
 #include "support/thread_ranks.h"
@@ -73,6 +74,36 @@ TEST_P(FusedAdamMatches, LibtorchAdamW) {
   const double d = max_relative_diff_after<torch::optim::AdamW, cohort::FusedAdamW, torch::optim::AdamWParamState>(
       torch::optim::AdamWOptions(1e-2).weight_decay(c.weight_decay).amsgrad(c.amsgrad), 25);
   EXPECT_LE(d, kRelTol);
+}
+
+// ATen's multi-tensor kernel, the path FusedAdam(W) takes for CUDA parameters on libtorch 2.x
+// (aten_fused_adam.h), checked here on CPU tensors (ATen has the kernel for the CPU too since 2.4):
+// libtorch's formulas and libtorch's state. The CUDA test (cuda_test.cpp) runs it where it runs.
+template <typename Base, typename Options, typename State>
+class AtenFused : public Base {
+ public:
+  using Base::Base;
+  torch::Tensor step(torch::optim::Optimizer::LossClosure = nullptr) override {
+    torch::NoGradGuard no_grad;
+    EXPECT_TRUE((cohort::detail::aten_fusable_step<Options, State>(this->param_groups_, this->state_, /*allow_cpu=*/true)));
+    cohort::detail::aten_fused_step<Options, State>(this->param_groups_, this->state_,
+                                                    std::is_same_v<Base, torch::optim::AdamW>);
+    return {};
+  }
+};
+
+TEST_P(FusedAdamMatches, AtensFusedKernelOnThisLibtorch) {
+  if (!cohort::detail::aten_fused_adam_available())
+    GTEST_SKIP() << "libtorch 1.13 has no fused Adam kernel: FusedAdam(W) on CUDA takes the base class's step there";
+  const auto c = GetParam();
+  using AtenAdam = AtenFused<torch::optim::Adam, torch::optim::AdamOptions, torch::optim::AdamParamState>;
+  using AtenAdamW = AtenFused<torch::optim::AdamW, torch::optim::AdamWOptions, torch::optim::AdamWParamState>;
+  EXPECT_LE((max_relative_diff_after<torch::optim::Adam, AtenAdam, torch::optim::AdamParamState>(
+                torch::optim::AdamOptions(1e-2).weight_decay(c.weight_decay).amsgrad(c.amsgrad), 25)),
+            kRelTol);
+  EXPECT_LE((max_relative_diff_after<torch::optim::AdamW, AtenAdamW, torch::optim::AdamWParamState>(
+                torch::optim::AdamWOptions(1e-2).weight_decay(c.weight_decay).amsgrad(c.amsgrad), 25)),
+            kRelTol);
 }
 
 INSTANTIATE_TEST_SUITE_P(Options, FusedAdamMatches,
