@@ -51,7 +51,7 @@ Newest newest_valid(const std::string& dir) {
 
 // The snapshot as one blob: an 8-byte length, a JSON index [{name, bytes}], then the files' bytes
 // in index order, the manifest first. Empty when it holds files of other roles than the
-// replicated ones (which never happens on several machines: checkpointer.cpp takes none there).
+// replicated ones (which never happens on several machines: checkpointer_snapshots.cpp takes none there).
 std::string pack(const Newest& n, int rank) {
   nlohmann::json index = nlohmann::json::array();
   // Regular files only, and no more than the manifest lists (file_io.h): a snapshot directory is

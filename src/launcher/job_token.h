@@ -1,7 +1,7 @@
 // launcher/job_token.h — the job's secret, which every agent of a job shares and nobody else has.
 //
 // It authenticates every message between agents (channel.h) and, through a key derived from it
-// (COHORT_JOB_KEY), every rank's part of a checkpoint commit (checkpoint/checkpointer.cpp). A job
+// (COHORT_JOB_KEY), every rank's part of a checkpoint commit (checkpoint/save_commit.cpp). A job
 // on one machine makes its own and keeps it in memory. A job of several machines needs the same
 // token on every node: --job-token-file FILE (owner-only permissions, like an ssh key) or
 // $COHORT_JOB_TOKEN; without one, node 0 (or the elastic rendezvous host) makes one in a 0600 file

@@ -1,0 +1,138 @@
+// The Checkpointer's inside, shared by the files that implement it (checkpointer.cpp says which
+// does what). Internal header.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "checkpoint/manifest.h"
+#include "checkpoint/training_state.h"
+#include "cohort/checkpointer.h"
+#include "cohort/context.h"
+#include "monitor/worker_monitor.h"
+
+namespace cohort {
+
+/// One save from its capture to its commit.
+struct SaveJob {
+  int64_t step = 0;
+  int64_t epoch = 0;
+  int64_t index = 0;  // saves of this Checkpointer so far: keys the store entries
+  ckpt::NamedTensors model, optimizer;  // rank 0: staged copies
+  ckpt::NamedTensors shard;             // sharded state: this rank's shard, every rank
+  bool sharded = false;
+  bool has_rank_state = false;  // a RankStateCheckpointable's state: every rank writes its own
+  ckpt::NamedTensors rank_tensors;
+  std::string rank_text;
+  std::string sharding_json;  // sharded state: the layout for the manifest
+  std::string optimizer_json, sampler_json;
+  ckpt::RankRng rng;
+  std::map<std::string, std::string> metadata;
+  std::map<std::string, std::string> user;        // Stateful objects' state_dict() (rank 0 writes it)
+  std::chrono::steady_clock::time_point started;  // the save began (the monitor's event reports its duration)
+};
+
+class Checkpointer::Impl {
+ public:
+  using NamedTensors = ckpt::NamedTensors;
+
+  explicit Impl(Checkpointer& owner) : owner_(owner), ctx_(*owner.ctx_), rank_(ctx_.rank()) {}
+  ~Impl();
+
+  // --- capture (save_capture.cpp): the caller's thread ------------------------------------------
+  // `copy`: async saves copy into staging memory; a synchronous save writes from the live tensors
+  // (made CPU-contiguous only where they are not), since training waits for it anyway.
+  SaveJob capture(const TrainingState& state, bool copy);
+  static NamedTensors cpu_contiguous(const NamedTensors& live);
+  // Copies into CPU buffers reused from the previous save when the layout is the same, so an async
+  // save costs one memcpy per byte and no page faults after the first.
+  NamedTensors stage(const NamedTensors& live, std::vector<at::Tensor>& buffers);
+  // The capture is the only part of an async save that blocks training, and it is bound by memory
+  // bandwidth: one thread reaches about 8 GB/s here, all cores together more. Training waits
+  // anyway, so every core copies a share of the bytes.
+  struct CopySlice {
+    char* dst;
+    const char* src;
+    size_t bytes;
+  };
+  static void parallel_copy(const std::vector<CopySlice>& slices);
+
+  // --- write (save_write.cpp): the background writer, or the caller for synchronous saves --------
+  void write_and_commit(const SaveJob& job);
+  std::vector<ckpt::ManifestFile> write_files(const SaveJob& job, const std::string& path);
+  void start(SaveJob job);
+  bool busy() const { return writer_.joinable() && !finished_; }
+  /// Joins the writer; returns its error message (empty when it succeeded or none ran).
+  std::string join();
+  /// Collects a finished writer's result without waiting for one still running.
+  std::string reap_if_finished() { return writer_.joinable() && finished_ ? join() : std::string(); }
+
+  // --- commit (save_commit.cpp): every rank's part through the store, rank 0's manifest ----------
+  std::string key(const SaveJob& job, int rank) const;
+  void report(const SaveJob& job, const nlohmann::json& part);
+  void commit(const SaveJob& job, const std::string& path, std::vector<ckpt::ManifestFile> files);
+  // Every rank's part, in rank order. A part that fails authentication (commit_parts.h) was written
+  // by someone outside the job: it is never used, and the key is read again until the rank's own
+  // part replaces it (a rank's set overwrites one made ahead of it) or the commit timeout passes.
+  // Deleting the forged value instead could delete the rank's part set a moment later.
+  std::vector<nlohmann::json> collect_parts(const SaveJob& job);
+  // The writer thread talks to the store over its own connection: the job's TCPStore client is
+  // the main thread's, and a commit may wait on it for minutes.
+  c10::intrusive_ptr<c10d::Store>& store();
+  void retire_old();
+  // Snapshots on several machines, each machine's copy (snapshot_sharing.h): rank 0 commits as
+  // always and hands its manifest to the other machines' writers through the store, sealed like
+  // the parts (a manifest carries the sampler, optimizer and RNG state, which restore applies as
+  // they are); each writes it beside its own copy of the same bytes.
+  std::string manifest_key(const SaveJob& job) const { return key(job, 0) + "/manifest"; }
+  void publish_manifest(const SaveJob& job, const std::string& text);
+  void adopt_manifest(const SaveJob& job, const std::string& path);
+
+  // --- in-memory snapshots (checkpointer_snapshots.cpp, snapshots.h) -----------------------------
+  // The inner Checkpointer for the job's snapshot directory, when snapshots are asked for and every
+  // rank has one (the ranks agree: a rank that saved alone would leave rank 0 waiting for its part).
+  void open_snapshots();
+  // State that only its own rank holds (shards, PowerSGD's errors) would be on one machine only:
+  // a job of several machines then keeps to disk (copies on a buddy machine: issue 19's next step).
+  bool per_rank_state_on_several_machines(const TrainingState& state);
+  // Starts a snapshot of this step when one is due. It waits for the previous one to be committed
+  // first: so the newest committed snapshot is never more than one step behind. A failure costs
+  // that snapshot only (a warning); the disk checkpoints are untouched.
+  void maybe_snapshot(const TrainingState& state);
+  void wait_for_snapshot();
+
+  Checkpointer& owner_;
+  Context& ctx_;
+  const int rank_;
+  int64_t sequence_ = 0;
+  int64_t saves_started_ = 0;
+  std::atomic<int64_t> committed_{0};
+  // The monitor current when the Checkpointer was made: commits may run on the writer thread.
+  detail::StepMonitor* monitor_ = &detail::current_step_monitor();
+  std::vector<at::Tensor> staged_model_, staged_optim_, staged_shard_, staged_rank_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::string own_part_;
+  std::thread writer_;
+  std::atomic<bool> finished_{true};
+  mutable std::mutex mutex_;
+  std::string pending_error_;
+  std::string last_error_;
+  std::chrono::steady_clock::time_point last_save_ = std::chrono::steady_clock::now();
+  std::unique_ptr<Checkpointer> snapshots_;  // in-memory snapshots, when asked for and possible
+  bool is_snapshots_ = false;                // this is a snapshot Checkpointer (no monitor events)
+  std::string program_;                      // snapshots: this program's identity, in the manifests written
+  bool writes_replicated_ = rank_ == 0;      // writes the replicated files (snapshots: each machine's first rank)
+  int64_t other_copies_ = 0;                 // snapshots: machines other than rank 0's that keep a copy
+  bool per_rank_noted_ = false;              // said once why a job of several machines takes no snapshots
+};
+
+}  // namespace cohort

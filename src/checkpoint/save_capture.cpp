@@ -1,0 +1,108 @@
+// Step 1 of a save (checkpointer.cpp): the capture, on the caller's thread. Everything a save
+// writes is taken here — staged copies of the tensors (async saves), the sampler, RNG, optimizer
+// and user state — so training may change the live state as soon as it returns.
+#include <torch/types.h>
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include "checkpoint/checkpointer_impl.h"
+#include "cohort/distributed_sampler.h"
+#include "cohort/sharded_state.h"
+#include "runtime/check.h"
+
+namespace cohort {
+SaveJob Checkpointer::Impl::capture(const TrainingState& state, bool copy) {
+  COHORT_CHECK(state.module != nullptr, "TrainingState without a module");
+  SaveJob job;
+  job.step = owner_.step_;
+  job.index = saves_started_++;
+  job.started = std::chrono::steady_clock::now();
+  job.metadata = owner_.metadata_;
+  for (const auto& [name, object] : state.user) {
+    COHORT_CHECK(object != nullptr, "TrainingState::user[\"" << name << "\"] is null");
+    job.user[name] = object->state_dict();
+  }
+  if (state.sampler) {
+    const SamplerState s = state.sampler->state();
+    job.epoch = s.epoch;
+    job.sampler_json = s.to_json();
+  }
+  job.rng = ckpt::capture_rng(*state.module, rank_);
+  if (auto* sharded = dynamic_cast<ShardedCheckpointable*>(state.module)) {
+    ShardState s = sharded->shard_state(state.optimizer);
+    job.sharded = true;
+    job.sharding_json = s.layout_json;
+    job.shard = copy ? stage(s.tensors, staged_shard_) : cpu_contiguous(s.tensors);
+    if (rank_ == 0) {
+      job.optimizer_json = s.optimizer_json;
+      const auto replicated = sharded->replicated_tensors();
+      job.model = copy ? stage(replicated, staged_model_) : cpu_contiguous(replicated);
+    }
+    return job;
+  }
+  if (auto* own = dynamic_cast<RankStateCheckpointable*>(state.module)) {
+    RankState s = own->rank_state();
+    job.has_rank_state = !s.empty();
+    job.rank_text = std::move(s.text);
+    job.rank_tensors = copy ? stage(s.tensors, staged_rank_) : cpu_contiguous(s.tensors);
+  }
+  if (writes_replicated_) {  // replicated state: one writer (snapshots: one per machine)
+    job.model = ckpt::module_tensors(*state.module);
+    if (state.optimizer) job.optimizer = ckpt::optimizer_tensors(*state.optimizer, *state.module, &job.optimizer_json, rank_);
+    job.model = copy ? stage(job.model, staged_model_) : cpu_contiguous(job.model);
+    job.optimizer = copy ? stage(job.optimizer, staged_optim_) : cpu_contiguous(job.optimizer);
+  }
+  return job;
+}
+
+ckpt::NamedTensors Checkpointer::Impl::cpu_contiguous(const NamedTensors& live) {
+  NamedTensors out;
+  for (const auto& [name, t] : live) out.emplace_back(name, t.detach().to(at::kCPU).contiguous());
+  return out;
+}
+
+ckpt::NamedTensors Checkpointer::Impl::stage(const NamedTensors& live, std::vector<at::Tensor>& buffers) {
+  torch::NoGradGuard no_grad;
+  bool reuse = buffers.size() == live.size();
+  for (size_t i = 0; reuse && i < live.size(); ++i)
+    reuse = buffers[i].sizes() == live[i].second.sizes() && buffers[i].scalar_type() == live[i].second.scalar_type();
+  if (!reuse) {
+    buffers.clear();
+    for (const auto& [name, t] : live) buffers.push_back(at::empty(t.sizes(), t.options().device(at::kCPU)));
+  }
+  NamedTensors out;
+  std::vector<CopySlice> slices;
+  for (size_t i = 0; i < live.size(); ++i) {
+    const at::Tensor& t = live[i].second;
+    if (t.device().is_cpu() && t.is_contiguous())
+      slices.push_back({static_cast<char*>(buffers[i].data_ptr()), static_cast<const char*>(t.data_ptr()), t.nbytes()});
+    else
+      buffers[i].copy_(t);  // CUDA (device to host) or strided: torch's copy
+    out.emplace_back(live[i].first, buffers[i]);
+  }
+  parallel_copy(slices);
+  return out;
+}
+
+void Checkpointer::Impl::parallel_copy(const std::vector<CopySlice>& slices) {
+  size_t total = 0;
+  for (const auto& s : slices) total += s.bytes;
+  const size_t workers = std::max<size_t>(1, std::min<size_t>(std::thread::hardware_concurrency(), total >> 24));
+  const size_t share = (total + workers - 1) / workers;
+  auto copy_range = [&](size_t begin, size_t end) {  // bytes [begin, end) of the concatenation
+    size_t offset = 0;
+    for (const auto& s : slices) {
+      const size_t lo = std::max(begin, offset), hi = std::min(end, offset + s.bytes);
+      if (lo < hi) std::memcpy(s.dst + (lo - offset), s.src + (lo - offset), hi - lo);
+      offset += s.bytes;
+    }
+  };
+  std::vector<std::thread> helpers;
+  for (size_t w = 1; w < workers; ++w) helpers.emplace_back(copy_range, w * share, std::min(total, (w + 1) * share));
+  copy_range(0, std::min(total, share));
+  for (auto& h : helpers) h.join();
+}
+
+}  // namespace cohort

@@ -1,0 +1,197 @@
+// Steps 3 and 4 of a save (checkpointer.cpp): every rank reports its part through the store,
+// rank 0 waits for all of them and writes the manifest (the commit), retention follows. Snapshots
+// on several machines: the other machines' writers adopt rank 0's manifest.
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <chrono>
+#include <thread>
+
+#include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/commit_parts.h"
+#include "checkpoint/file_io.h"
+#include "cohort/error.h"
+#include "checkpoint/checkpointer_impl.h"
+#include "runtime/log.h"
+
+namespace cohort {
+namespace {
+
+int64_t now_unix_ms() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+void Checkpointer::Impl::publish_manifest(const SaveJob& job, const std::string& text) {
+  if (other_copies_ == 0) return;
+  const std::string k = manifest_key(job);
+  const std::string value = ckpt::sealed_part(ctx_.env().job_key, k, ctx_.env().restart_count, {{"manifest", text}});
+  store()->set(k, std::vector<uint8_t>(value.begin(), value.end()));
+}
+
+void Checkpointer::Impl::adopt_manifest(const SaveJob& job, const std::string& path) {
+  const std::string k = manifest_key(job);
+  auto& s = store();
+  try {
+    s->wait({k}, owner_.options_.commit_timeout);
+  } catch (const std::exception&) {
+    throw CheckpointError(rank_, "snapshot of step " + std::to_string(job.step) + ": rank 0's manifest did not come");
+  }
+  const auto bytes = s->get(k);
+  if (s->add(k + "/read", 1) == other_copies_) {  // the last machine to read it clears it
+    s->deleteKey(k);
+    s->deleteKey(k + "/read");
+  }
+  const auto part = ckpt::opened_part(ctx_.env().job_key, k, ctx_.env().restart_count, std::string(bytes.begin(), bytes.end()));
+  if (!part) throw CheckpointError(rank_, "snapshot of step " + std::to_string(job.step) + ": a manifest that fails authentication");
+  const std::string text = part->value("manifest", "");
+  if (text.empty()) throw CheckpointError(rank_, "snapshot of step " + std::to_string(job.step) + " not committed by rank 0");
+  ckpt::AtomicWriter manifest(path, ckpt::kManifestName, rank_);
+  manifest.write(text.data(), text.size());
+  manifest.finish();
+  ckpt::fsync_dir(path, rank_);
+  retire_old();
+}
+
+std::string Checkpointer::Impl::key(const SaveJob& job, int rank) const {
+  return "cohort/ckpt/" + std::to_string(sequence_) + "/" + std::to_string(job.index) + "/" + std::to_string(rank);
+}
+
+void Checkpointer::Impl::report(const SaveJob& job, const nlohmann::json& part) {
+  if (ctx_.world_size() == 1) {
+    own_part_ = part.dump();
+    return;
+  }
+  const std::string k = key(job, rank_);
+  const std::string value = ckpt::sealed_part(ctx_.env().job_key, k, ctx_.env().restart_count, part);
+  store()->set(k, std::vector<uint8_t>(value.begin(), value.end()));
+}
+
+void Checkpointer::Impl::commit(const SaveJob& job, const std::string& path, std::vector<ckpt::ManifestFile> files) {
+  ckpt::Manifest m;
+  m.step = job.step;
+  m.epoch = job.epoch;
+  m.world_size = ctx_.world_size();
+  m.created_unix_ms = now_unix_ms();
+  m.sampler_json = job.sampler_json;
+  m.optimizer_json = job.optimizer_json;
+  m.metadata = job.metadata;
+  m.user = job.user;
+  m.sharding_json = job.sharding_json;
+  m.program = program_;  // snapshots only (program_identity.h)
+  for (const auto& part : collect_parts(job)) {
+    if (part.contains("error"))
+      throw CheckpointError(rank_, "checkpoint " + path + " not committed: " + part["error"].get<std::string>());
+    ckpt::RankRng rng;
+    rng.rank = part.at("rank").get<int>();
+    rng.cpu = part.at("rng_cpu").get<std::string>();
+    rng.cuda = part.at("rng_cuda").get<std::vector<std::string>>();
+    m.rng.push_back(rng);
+    if (part.contains("rank_state")) m.rank_state[rng.rank] = part["rank_state"].get<std::string>();
+    for (const auto& f : part.value("files", nlohmann::json::array())) {  // other ranks' shard files
+      ckpt::ManifestFile mf;
+      mf.name = f.at("name").get<std::string>();
+      mf.bytes = f.at("bytes").get<uint64_t>();
+      mf.xxh3 = ckpt::from_hex(f.at("xxh3").get<std::string>());
+      mf.rank = rng.rank;
+      mf.role = f.at("role").get<std::string>();
+      files.push_back(std::move(mf));
+    }
+  }
+  m.files = std::move(files);
+  if (!m.rank_state.empty() && m.rank_state.size() != static_cast<size_t>(m.world_size))
+    throw CheckpointError(rank_, "checkpoint " + path + " not committed: " + std::to_string(m.rank_state.size()) + " of " +
+                                     std::to_string(m.world_size) + " ranks reported state of their own (the ranks' "
+                                     "models or comm hooks differ)");
+  const std::string text = m.to_json();
+  ckpt::AtomicWriter manifest(path, ckpt::kManifestName, rank_);
+  manifest.write(text.data(), text.size());
+  manifest.finish();            // the rename: committed
+  ckpt::fsync_dir(path, rank_);  // ... and durably so
+  ++committed_;
+  publish_manifest(job, text);
+  if (is_snapshots_) {  // one per step, perhaps: not an event, and not the disk bandwidth the simulator learns
+    retire_old();
+    return;
+  }
+  detail::log(detail::LogLevel::debug, "checkpoint committed: " + path);
+  int64_t bytes = 0;
+  for (const auto& f : m.files) bytes += static_cast<int64_t>(f.bytes);
+  monitor_->checkpoint_saved(job.step, path, bytes,
+                             std::chrono::duration<double>(std::chrono::steady_clock::now() - job.started).count());
+  retire_old();
+}
+
+std::vector<nlohmann::json> Checkpointer::Impl::collect_parts(const SaveJob& job) {
+  if (ctx_.world_size() == 1) return {nlohmann::json::parse(own_part_)};
+  const int world = ctx_.world_size();
+  const auto timeout = owner_.options_.commit_timeout;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::vector<std::string> keys;
+  for (int r = 0; r < world; ++r) keys.push_back(key(job, r));
+  auto& s = store();
+  auto not_committed = [&](const std::string& why) {
+    return CheckpointError(rank_, "checkpoint step " + std::to_string(job.step) + " not committed: " + why +
+                                      " within " + std::to_string(timeout.count() / 1000) + " s");
+  };
+  try {
+    s->wait(keys, timeout);
+  } catch (const std::exception&) {
+    std::string missing;
+    for (int r = 0; r < world; ++r)
+      if (!s->check({keys[r]})) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    throw not_committed("rank(s) " + missing + " did not report their part");
+  }
+  std::vector<nlohmann::json> parts;
+  for (int r = 0; r < world; ++r) {
+    for (bool warned = false;;) {
+      const auto bytes = s->get(keys[r]);
+      auto part = ckpt::opened_part(ctx_.env().job_key, keys[r], ctx_.env().restart_count,
+                                    std::string(bytes.begin(), bytes.end()));
+      if (part) {
+        parts.push_back(std::move(*part));
+        s->deleteKey(keys[r]);
+        break;
+      }
+      if (!warned) {
+        warned = true;
+        detail::log_warn("ignored a checkpoint commit part for rank " + std::to_string(r) + " at step " +
+                         std::to_string(job.step) + " that fails authentication (not written by a rank of this "
+                         "job); waiting for the rank's own");
+      }
+      if (std::chrono::steady_clock::now() > deadline) {
+        throw not_committed("rank " + std::to_string(r) + "'s part failed authentication (a process outside the "
+                            "job writes to its store) and the rank's own did not replace it");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  return parts;
+}
+
+c10::intrusive_ptr<c10d::Store>& Checkpointer::Impl::store() {
+  if (!store_) {
+    if (dynamic_cast<c10d::TCPStore*>(ctx_.store().get()) == nullptr) {
+      // In-memory (ranks as threads) or file store (one machine): thread-safe, and a wait on
+      // either holds no connection that the main thread needs.
+      store_ = ctx_.store();
+    } else {
+      c10d::TCPStoreOptions opts;
+      opts.port = static_cast<uint16_t>(ctx_.env().master_port);
+      opts.isServer = false;
+      opts.waitWorkers = false;
+      opts.timeout = owner_.options_.commit_timeout;
+      store_ = c10::make_intrusive<c10d::TCPStore>(ctx_.env().master_addr, opts);
+    }
+  }
+  return store_;
+}
+
+void Checkpointer::Impl::retire_old() {
+  const auto listed = ckpt::list_checkpoints(owner_.dir_, /*read_manifests=*/!is_snapshots_);
+  const int keep = owner_.options_.keep_last > 0 ? owner_.options_.keep_last : 1 << 30;
+  for (const auto& path : ckpt::retired_checkpoints(listed, keep, owner_.options_.keep_every_steps))
+    if (!ckpt::remove_checkpoint(path)) detail::log_warn("could not fully remove old checkpoint " + path);
+}
+
+}  // namespace cohort

@@ -1,0 +1,136 @@
+// Step 2 of a save (checkpointer.cpp): the files, written by the background writer (async saves)
+// or the caller, then the report and commit (save_commit.cpp).
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/checkpointer_impl.h"
+#include "checkpoint/file_io.h"
+#include "checkpoint/rank_state_file.h"
+#include "checkpoint/tensor_file.h"
+#include "cohort/error.h"
+
+namespace cohort {
+namespace {
+
+// The checkpoint root with its parents (mkdir -p), so that "runs/job/checkpoints" works as given.
+void make_dirs(const std::string& path, int rank) {
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  if (ec) throw CheckpointError(rank, "could not create directory " + path + ": " + ec.message());
+}
+
+void make_dir(const std::string& path, int rank) {
+  if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) {
+    const int err = errno;
+    throw CheckpointError(rank, "could not create directory " + path + ": " + std::strerror(err));
+  }
+}
+
+}  // namespace
+Checkpointer::Impl::~Impl() {
+  if (writer_.joinable()) writer_.join();
+}
+
+void Checkpointer::Impl::write_and_commit(const SaveJob& job) {
+  const std::string path = owner_.dir_ + "/" + ckpt::step_dir_name(job.step);
+  nlohmann::json part{{"rank", rank_}, {"rng_cpu", job.rng.cpu}, {"rng_cuda", job.rng.cuda}};
+  if (job.has_rank_state) part["rank_state"] = job.rank_text;
+  std::vector<ckpt::ManifestFile> files;
+  try {
+    if (writes_replicated_ || job.sharded || job.has_rank_state) files = write_files(job, path);
+  } catch (const Error& e) {
+    part["error"] = e.what();
+    report(job, part);
+    throw;
+  }
+  if (rank_ != 0) {  // shard and rank_state files travel to rank 0 in the part
+    auto& listed = part["files"] = nlohmann::json::array();
+    for (const auto& f : files)
+      if (f.role != "model" && f.role != "optimizer")  // another machine's copy of rank 0's files
+        listed.push_back({{"name", f.name}, {"bytes", f.bytes}, {"xxh3", ckpt::to_hex(f.xxh3)}, {"role", f.role}});
+  }
+  report(job, part);
+  if (rank_ == 0) {
+    try {
+      commit(job, path, std::move(files));
+    } catch (const std::exception&) {
+      publish_manifest(job, "");  // the other machines' copies stay uncommitted
+      throw;
+    }
+  } else if (writes_replicated_) {
+    adopt_manifest(job, path);
+  }
+}
+
+std::vector<ckpt::ManifestFile> Checkpointer::Impl::write_files(const SaveJob& job, const std::string& path) {
+  make_dirs(owner_.dir_, rank_);
+  struct stat st {};
+  const bool existed = ::stat(path.c_str(), &st) == 0;
+  make_dir(path, rank_);
+  const std::string shard_name = job.sharded ? ckpt::per_rank_file_name("shard", rank_, ctx_.world_size()) : "";
+  const std::string rank_name = job.has_rank_state ? ckpt::per_rank_file_name("rank", rank_, ctx_.world_size()) : "";
+  if (existed) {
+    // The same step saved before (the job went back to an older checkpoint and got here again):
+    // un-commit the old one first, so that nothing mixes old and new files under a manifest.
+    if (::unlink((path + "/" + ckpt::kManifestName).c_str()) == 0) ckpt::fsync_dir(path, rank_);
+    // A save of this step killed mid-write left temporary files of the names this rank writes
+    // (rank 0 also writes the manifest).
+    std::vector<std::string> own{shard_name, rank_name};
+    if (writes_replicated_) own.insert(own.end(), {"model.safetensors", "optimizer.safetensors", ckpt::kManifestName});
+    ckpt::remove_temporaries(path, own);
+  }
+  // The new directory's entry is durable before its commit (with per-rank files, any rank may have made it).
+  if (writes_replicated_ && (!existed || job.sharded || job.has_rank_state)) ckpt::fsync_dir(owner_.dir_, rank_);
+  std::vector<ckpt::ManifestFile> files;
+  auto add = [&](const ckpt::FileRecord& r, const char* role) {
+    ckpt::ManifestFile f;
+    static_cast<ckpt::FileRecord&>(f) = r;
+    f.rank = rank_;
+    f.role = role;
+    files.push_back(f);
+  };
+  const bool direct = !is_snapshots_;  // O_DIRECT on tmpfs only adds the aligned buffers' copies and an I/O thread
+  try {
+    if (writes_replicated_) {
+      add(ckpt::write_tensor_file(path, "model.safetensors", job.model, rank_, direct), "model");
+      if (!job.optimizer_json.empty() && !job.sharded)
+        add(ckpt::write_tensor_file(path, "optimizer.safetensors", job.optimizer, rank_, direct), "optimizer");
+    }
+    if (job.sharded) add(ckpt::write_tensor_file(path, shard_name, job.shard, rank_, direct), "shard");
+    if (job.has_rank_state) add(ckpt::write_tensor_file(path, rank_name, job.rank_tensors, rank_, direct), "rank_state");
+    ckpt::fsync_dir(path, rank_);
+  } catch (const Error&) {
+    for (const auto& f : files) ::unlink((path + "/" + f.name).c_str());
+    ::rmdir(path.c_str());  // only if empty: another rank's part may be there
+    throw;
+  }
+  return files;
+}
+
+void Checkpointer::Impl::start(SaveJob job) {
+  finished_ = false;
+  writer_ = std::thread([this, job = std::move(job)] {
+    try {
+      write_and_commit(job);
+    } catch (const std::exception& e) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      pending_error_ = e.what();
+    }
+    finished_ = true;
+  });
+}
+
+std::string Checkpointer::Impl::join() {
+  if (writer_.joinable()) writer_.join();
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::string e;
+  std::swap(e, pending_error_);
+  return e;
+}
+
+}  // namespace cohort
