@@ -25,7 +25,7 @@
 # its generic ones (docs/data-parallel.md), and the peer's by hand: what each user gets by default,
 # not a like-for-like comparison of data parallelism when the kernels differ.
 #
-# samples/s is the whole job's training throughput after 10 warm-up steps (DESIGN.md). Every run
+# samples/s is the whole job's training throughput after 10 warm-up steps (docs/ARCHITECTURE.md). Every run
 # also checks its result: all ranks must report the same parameter checksum (cohort) and a finite loss.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,6 +1,6 @@
 // cohort/error.h — the exceptions cohort throws.
 //
-// Two kinds of failure (see DESIGN.md, Conventions):
+// Two kinds of failure (see docs/ARCHITECTURE.md, Conventions):
 //  * recoverable faults — bad input, an unreachable peer, a timeout, an I/O error — are thrown as
 //    cohort::Error subclasses that a caller or the launcher can act on;
 //  * broken internal invariants go through COHORT_CHECK, which names both sides of the comparison.

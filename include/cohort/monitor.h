@@ -19,7 +19,7 @@
 //   * samples (the batch dimension of the DDP forward's first tensor argument, summed over the
 //     step's forwards) and samples/s; the global L2 norm of the averaged gradients (DDP);
 //     resident memory; bytes communicated, the time with a gradient collective in flight, and the
-//     allreduce bus bandwidth (busbw, DESIGN.md);
+//     allreduce bus bandwidth (busbw, docs/ARCHITECTURE.md);
 // and sends it all to `cohort run`'s agent as one "metrics" datagram (docs/monitoring.md), which
 // never blocks: a slow or absent agent loses the message, not training time. Without an agent
 // (torchrun, a plain run) the latest record is kept in memory: monitor().last().

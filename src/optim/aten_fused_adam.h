@@ -10,7 +10,6 @@
 // from a float32 tensor on the parameters' device, made once per (device, step) per call.
 #pragma once
 
-#include <ATen/Functions.h>
 #include <ATen/core/Tensor.h>
 #include <torch/optim/optimizer.h>
 
@@ -20,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "optim/adam_state.h"
 #include "runtime/torch_compat_internal.h"
 
 namespace cohort::detail {
@@ -79,18 +79,7 @@ void aten_fused_step(std::vector<torch::optim::OptimizerParamGroup>& groups, Sta
     std::map<std::pair<int, int64_t>, AtenAdamLists> calls;  // by (device index, step)
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
-      const auto key = optimizer_state_key<StateMap>(p);
-      auto it = state_map.find(key);
-      if (it == state_map.end()) {  // as the base class initialises it
-        auto s = std::make_unique<State>();
-        s->step(0);
-        s->exp_avg(at::zeros_like(p, at::MemoryFormat::Preserve));
-        s->exp_avg_sq(at::zeros_like(p, at::MemoryFormat::Preserve));
-        if (options.amsgrad()) s->max_exp_avg_sq(at::zeros_like(p, at::MemoryFormat::Preserve));
-        it = state_map.insert_or_assign(key, std::move(s)).first;
-      }
-      auto& s = static_cast<State&>(*it->second);
-      s.step(s.step() + 1);
+      auto& s = counted_adam_state<State>(state_map, p, options);
       AtenAdamLists& l = calls[{p.device().index(), s.step()}];
       l.params.push_back(p);
       l.grads.push_back(p.grad());

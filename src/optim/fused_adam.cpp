@@ -11,6 +11,7 @@
 
 #include "cohort/torch_compat.h"
 #include "optim/adam_kernel.h"
+#include "optim/adam_state.h"
 #include "optim/aten_fused_adam.h"
 #include "optim/fusable.h"
 #include "runtime/torch_compat_internal.h"
@@ -50,18 +51,7 @@ void fused_step(std::vector<torch::optim::OptimizerParamGroup>& groups, StateMap
     for (auto& p : group.params()) {
       const auto& grad = p.grad();
       if (!grad.defined()) continue;
-      const auto key = optimizer_state_key<StateMap>(p);
-      auto it = state_map.find(key);
-      if (it == state_map.end()) {  // as the base class initialises it
-        auto s = std::make_unique<State>();
-        s->step(0);
-        s->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-        s->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-        if (options.amsgrad()) s->max_exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-        it = state_map.insert_or_assign(key, std::move(s)).first;
-      }
-      auto& s = static_cast<State&>(*it->second);
-      s.step(s.step() + 1);
+      auto& s = detail::counted_adam_state<State>(state_map, p, options);
       const double beta1 = std::get<0>(options.betas()), beta2 = std::get<1>(options.betas());
       const double bias_correction1 = 1 - std::pow(beta1, s.step());
       const double bias_correction2 = 1 - std::pow(beta2, s.step());

@@ -1,5 +1,5 @@
 // Runs W ranks as threads of this process, each with its own Context (own Gloo process group)
-// over one shared in-memory store — the fast way to test multi-rank logic (DESIGN.md, Tests).
+// over one shared in-memory store — the fast way to test multi-rank logic (docs/ARCHITECTURE.md, Conventions).
 #pragma once
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
