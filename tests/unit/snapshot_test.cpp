@@ -201,6 +201,23 @@ TEST(Snapshots, AnotherProgramVersionSkipsTheSnapshotsForTheDisk) {
   for (const auto& d : {disk, memory, disk2, memory2}) fs::remove_all(d);
 }
 
+// The label is a version, not a payload: one line naming the variable when it is not one.
+TEST(Snapshots, AnOverlongProgramVersionIsAConfigErrorNamingIt) {
+  const fs::path disk = fresh("disk_label"), memory = fresh("memory_label");
+  ::setenv("COHORT_PROGRAM_VERSION", std::string(201, 'v').c_str(), 1);
+  run_ranks(1, [&](std::shared_ptr<Context> ctx) {
+    try {
+      Checkpointer checkpoints(disk.string(), ctx, {.snapshot_every_steps = 1, .snapshot_dir = memory.string()});
+      ADD_FAILURE() << "a 201-character label was taken";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("COHORT_PROGRAM_VERSION is 201 characters long"), std::string::npos) << e.what();
+    }
+  });
+  ::unsetenv("COHORT_PROGRAM_VERSION");
+  fs::remove_all(disk);
+  fs::remove_all(memory);
+}
+
 TEST(Snapshots, NoneWithoutADirectoryAndNegativeIsAnError) {
   const fs::path disk = fresh("disk_none");
   ::unsetenv("COHORT_SNAPSHOT_DIR");
