@@ -45,6 +45,8 @@ std::optional<RestoreInfo> Checkpointer::restore_latest(const TrainingState& sta
     std::unique_ptr<ckpt::TensorFileReader> rank_state;  // the saved rank's own state this rank takes
   };
   auto* own_state = dynamic_cast<RankStateCheckpointable*>(state.module);  // DDP: its comm hook's per-rank state
+  // Snapshots name the program that wrote them; another program's are skipped (program_identity.h).
+  const std::string program = snapshots ? snapshots->impl_->program_ : std::string();
   Loaded loaded;
   std::set<std::string> warned;
   int64_t bound = INT64_MAX;
@@ -57,11 +59,10 @@ std::optional<RestoreInfo> Checkpointer::restore_latest(const TrainingState& sta
         if (warned.insert(c.path).second) detail::log_warn("skipping checkpoint " + c.path + ": " + c.problem);
         continue;
       }
-      if (snapshots && !c.manifest->program.empty() && !snapshots->impl_->program_.empty() &&
-          c.manifest->program != snapshots->impl_->program_) {  // a snapshot of another program version
+      if (!program.empty() && !c.manifest->program.empty() && c.manifest->program != program) {
         if (warned.insert(c.path).second)
           detail::log_warn("skipping snapshot " + c.path + ": written by another program version (" + c.manifest->program +
-                           "; this rank runs " + snapshots->impl_->program_ + ")");
+                           "; this rank runs " + program + ")");
         continue;
       }
       try {
