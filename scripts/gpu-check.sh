@@ -39,7 +39,8 @@ if [ -n "${GPU_CHECK_DEPS:-}" ]; then
   export PKG_CONFIG_SYSROOT_DIR="$GPU_CHECK_DEPS" PKG_CONFIG_LIBDIR="$GPU_CHECK_DEPS/usr/lib/x86_64-linux-gnu/pkgconfig:$GPU_CHECK_DEPS/usr/share/pkgconfig"
   export LD_LIBRARY_PATH="$GPU_CHECK_DEPS/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export PATH="$PATH:$GPU_CHECK_DEPS/usr/bin"  # pkg-config, where the machine has none of its own
-  deps=(-DCMAKE_INCLUDE_PATH="$GPU_CHECK_DEPS/usr/include" -DCMAKE_LIBRARY_PATH="$GPU_CHECK_DEPS/usr/lib/x86_64-linux-gnu")
+  deps=(-DCMAKE_INCLUDE_PATH="$GPU_CHECK_DEPS/usr/include" -DCMAKE_LIBRARY_PATH="$GPU_CHECK_DEPS/usr/lib/x86_64-linux-gnu"
+        -DCOHORT_CHARTJS="$GPU_CHECK_DEPS/usr/share/javascript/chart.js/chart.min.js")
   prefix="$prefix;$GPU_CHECK_DEPS/usr"
 fi
 gen=(); command -v ninja >/dev/null 2>&1 && gen=(-G Ninja)
