@@ -101,6 +101,8 @@ def main():
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--fused-adamw", action="store_true")
+    p.add_argument("--phase-times", action="store_true",
+                   help="time each phase of a step, synchronising the device (as the C++ example's flag)")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
@@ -129,25 +131,43 @@ def main():
         return min_lr + 0.5 * (1 + math.cos(math.pi * min(1.0, (s - warmup) / max(1, a.steps - warmup)))) * (a.lr - min_lr)
 
     step, timed, timed_s = 0, 0, 0.0
+    phase_ms, last = {}, [0.0]
+
+    def phase(name=None):  # name None: a step starts
+        if not a.phase_times:
+            return
+        if cuda:
+            torch.cuda.synchronize(device)
+        now = time.perf_counter()
+        if name is not None and step >= a.timing_warmup:  # the steps the throughput counts
+            phase_ms[name] = phase_ms.get(name, 0.0) + (now - last[0]) * 1000
+        last[0] = now
+
     epoch = 0
     while step < a.steps:
         sampler.set_epoch(epoch)
         order = list(sampler)
         for at in range(0, len(order) - a.batch + 1, a.batch):
             t0 = time.perf_counter()
+            phase()
             starts = torch.tensor(order[at:at + a.batch]) * t
             w = tokens[starts.unsqueeze(1) + torch.arange(t + 1)].long()
             x, y = w[:, :t].to(device), w[:, 1:].to(device)
             for g in opt.param_groups:
                 g["lr"] = lr_at(step)
             opt.zero_grad(set_to_none=True)
+            phase("to_device")
             with torch.autocast("cuda", torch.bfloat16, enabled=cuda):
                 logits = model(x)
                 loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), y.reshape(-1))
+            phase("forward")
             loss.backward()
+            phase("backward")
             loss_value = loss.item()  # as the example reads it: every step ends synchronised
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            phase("clip")
             opt.step()
+            phase("optimizer")
             step += 1
             if step > a.timing_warmup:
                 timed += 1
@@ -157,7 +177,9 @@ def main():
         epoch += 1
     print(json.dumps({"peer": "python_ddp", "rank": rank, "world_size": world, "steps": step, "train_loss": loss_value,
                       "tokens_per_s": timed * a.batch * world * t / timed_s, "torch": torch.__version__,
-                      "device": a.device, "fused_adamw": a.fused_adamw}), flush=True)
+                      "device": a.device, "fused_adamw": a.fused_adamw,
+                      **({"phase_ms": {k: v / timed for k, v in phase_ms.items()}} if a.phase_times and timed else {})}),
+          flush=True)
     dist.destroy_process_group()
 
 

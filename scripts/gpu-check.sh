@@ -5,7 +5,8 @@
 # and CUDA RNG, the monitor's CUDA memory, the init errors — then, on a GPU, the GPT example at
 # GPT-2 124M size (bf16 autocast, batch 16 x 1024 tokens, a world of one over NCCL: tokens/s and
 # MFU against the H100/H200's 989 TFLOP/s) beside its Python peer with PyTorch's DDP on the same
-# GPU (bench/peer_gpt.py: default and fused AdamW), and prints one JSON line of results.
+# GPU (bench/peer_gpt.py: default and fused AdamW), both sides' step phase by phase
+# (--phase-times), and prints one JSON line of results.
 # Sized to fit in 8 minutes on 16 cores (only the targets the CUDA tests need are built).
 #
 # Without a GPU it still builds and runs the same tests, which then skip with their reason, and the
@@ -68,6 +69,14 @@ if "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else
       --device cuda --preset gpt2-124m --batch 16 --steps 40 --timing-warmup 10 --corpus "$corpus" "${flag[@]}" \
       >"$results/peer_$adamw.out" 2>>"$log"
   done
+  # Where the time goes: both sides again with each phase of a step timed (--phase-times; the
+  # device synchronised at each boundary), 20 steps.
+  timeout 120 "$build/examples/gpt/gpt" --device cuda --preset gpt2-124m --batch 16 --steps 20 --timing-warmup 5 \
+    --corpus "$corpus" --eval-windows 1 --sample-tokens 0 --log-every 0 --threads 4 --phase-times \
+    >"$results/gpt_phases.out" 2>>"$log"
+  RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29534 timeout 120 "$python" bench/peer_gpt.py \
+    --device cuda --preset gpt2-124m --batch 16 --steps 20 --timing-warmup 5 --corpus "$corpus" --phase-times \
+    >"$results/peer_phases.out" 2>>"$log"
 fi
 
 "$python" - "$results" "$start" "$python" <<'PY'
@@ -108,12 +117,20 @@ for adamw in ("foreach", "fused"):
             peer[adamw] = round(json.loads(open(path).read().strip().splitlines()[-1])["tokens_per_s"])
         except (ValueError, IndexError, KeyError):
             peer[adamw] = "failed: see gpu-check.log"
+phases = {}
+for side, name in (("cohort", "gpt_phases.out"), ("peer", "peer_phases.out")):
+    path = os.path.join(results, name)
+    if os.path.exists(path):
+        try:
+            phases[side] = {k: round(v, 2) for k, v in json.loads(open(path).read().strip().splitlines()[-1])["phase_ms"].items()}
+        except (ValueError, IndexError, KeyError, AttributeError):
+            phases[side] = "failed: see gpu-check.log"
 if gpt and isinstance(gpt.get("tokens_per_s"), (int, float)):
     for adamw, tps in list(peer.items()):
         if isinstance(tps, (int, float)) and tps > 0:
             peer[f"cohort_over_{adamw}"] = round(gpt["tokens_per_s"] / tps, 3)
 # With a GPU every CUDA test must run; without one they skip (and init's error test runs instead).
 print(json.dumps({"ok": failed == 0 and (env.get("gpu") is None or cuda_skipped == 0), **env,
-                  "passed": passed, "failed": failed, "skipped": skipped, "gpt": gpt, "peer_gpt": peer or None,
+                  "passed": passed, "failed": failed, "skipped": skipped, "gpt": gpt, "peer_gpt": peer or None, "phase_ms": phases or None,
                   "seconds": round(time.time() - start, 1), "tests": tests}))
 PY

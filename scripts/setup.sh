@@ -39,5 +39,9 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 [ "${COHORT_SETUP_NO_BUILD:-0}" = 1 ] && exit 0
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE="${COHORT_BUILD_TYPE:-Release}" ${CMAKE_PREFIX_PATH:+-DCMAKE_PREFIX_PATH="$CMAKE_PREFIX_PATH"} >/dev/null
+# A unity build (CMake joins each target's sources in batches of 8): the torch templates a source
+# instantiates are compiled once per batch, not once per file — a build from scratch takes about
+# half the time on 2 cores. COHORT_UNITY_BUILD=OFF for a tree one edits file by file.
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE="${COHORT_BUILD_TYPE:-Release}" -DCMAKE_UNITY_BUILD="${COHORT_UNITY_BUILD:-ON}" \
+  ${CMAKE_PREFIX_PATH:+-DCMAKE_PREFIX_PATH="$CMAKE_PREFIX_PATH"} >/dev/null
 cmake --build build

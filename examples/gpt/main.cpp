@@ -142,6 +142,7 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber)
       ->needs(dir);
   app.add_flag("!--no-bf16", o.bf16, "On CUDA, train in float32 instead of bf16 autocast");
+  app.add_flag("--phase-times", o.phase_times, "Time each phase of a step (synchronising the device) into the result's phase_ms");
   if (auto status = examples::parse_command_line(app, argc, argv, "gpt")) return *status;
   if (o.min_lr > o.lr) {
     std::cerr << "gpt: --min-lr " << o.min_lr << " is above --lr " << o.lr << std::endl;

@@ -35,4 +35,5 @@ struct Options {
   bool ckpt_sync = false;
   int64_t snapshot_every = 0;  // in-memory snapshots every N steps (0: none; under cohort run)
   bool bf16 = true;  // autocast to bf16 on CUDA
+  bool phase_times = false;  // milliseconds per phase of a step in the result (phase_times.h)
 };

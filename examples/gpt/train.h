@@ -15,6 +15,7 @@
 #include "corpus.h"
 #include "gpt_model.h"
 #include "options.h"
+#include "phase_times.h"
 #include "schedule.h"
 
 using Ddp = cohort::DistributedDataParallel<torch::nn::Sequential>;
@@ -207,10 +208,13 @@ nlohmann::json train(M& model, std::shared_ptr<cohort::Context> ctx, const Corpu
   int micro = 0;
   double loss_sum = 0;
   clock::time_point step_start;
+  PhaseTimes phases(o.phase_times, device);
   for (int64_t epoch = sampler.epoch(); step < o.steps; ++epoch) {
     sampler.set_epoch(epoch);
     for (auto& batch : *loader) {
       if (micro == 0) {
+        phases.count(step - first_step >= o.warmup_steps);  // the steps the throughput counts
+        phases.start();
         step_start = clock::now();
         for (auto& group : optimizer.param_groups()) group.options().set_lr(schedule.lr());
         optimizer.zero_grad();
@@ -221,18 +225,24 @@ nlohmann::json train(M& model, std::shared_ptr<cohort::Context> ctx, const Corpu
         if (micro + 1 < o.accum) local.emplace(model->no_sync());
         torch::Tensor loss;
         {
+          auto data = batch.data.to(device), target = batch.target.to(device);
+          phases.end("to_device");
           cohort::AutocastGuard autocast(torch::kBFloat16, device.is_cuda() && o.bf16);
-          loss = lm_loss(model->forward(batch.data.to(device)), batch.target.to(device)) / o.accum;
+          loss = lm_loss(model->forward(data), target) / o.accum;
         }
+        phases.end("forward");
         loss.backward();
+        phases.end("backward");
         loss_sum += loss.item<double>();
       }
       if (++micro < o.accum) continue;
       micro = 0;
       const double lr = schedule.lr();
       clip_gradients(model, o.clip);
+      phases.end("clip");
       decay.apply(lr, o.weight_decay);
       optimizer.step();
+      phases.end("optimizer");
       after_step(model);
       schedule.advance();
       ++step;
@@ -275,6 +285,7 @@ nlohmann::json train(M& model, std::shared_ptr<cohort::Context> ctx, const Corpu
                         {"mode", o.mode},
                         {"parameters", cfg.parameters()},
                         {"unigram_entropy", corpus.unigram_entropy}};
+  if (o.phase_times) result["phase_ms"] = phases.per_step(timed_steps);
   if (o.sample_tokens > 0) result["sample"] = generate(model, cfg, "\n", o.sample_tokens, o.seed, device);
   return result;
 }

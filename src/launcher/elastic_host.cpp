@@ -18,8 +18,6 @@
 namespace cohort::launcher {
 namespace {
 
-using cohort::detail::seconds_text;  // "30 s", "0.5 s"
-
 std::string plural(int n, const std::string& word) { return std::to_string(n) + " " + word + (n == 1 ? "" : "s"); }
 
 class ElasticHost : public Coordinator, private RosterEvents {
@@ -35,7 +33,7 @@ class ElasticHost : public Coordinator, private RosterEvents {
       if (!gather(signals, deadline_in(o_.rdzv_timeout_s))) {
         const std::string why = "only " + std::to_string(present()) + " of the at least " +
                                 std::to_string(o_.min_nodes) + " nodes (--nnodes " + range() + ") joined job '" +
-                                o_.rdzv_id + "' at " + where_ + " within " + seconds_text(o_.rdzv_timeout_s) +
+                                o_.rdzv_id + "' at " + where_ + " within " + cohort::detail::seconds_text(o_.rdzv_timeout_s) +
                                 " (--rdzv-timeout); start cohort run with --rdzv-endpoint " + where_ +
                                 " --rdzv-id " + o_.rdzv_id + " on more nodes, or lower MIN";
         roster_.broadcast({{"type", "reject"}, {"reason", why}, {"timeout", true}});
@@ -111,12 +109,12 @@ class ElasticHost : public Coordinator, private RosterEvents {
       const std::string wait = "cohort run: round " + std::to_string(own_.round) + " ended: " + why + "; " +
                                plural(present(), "node") + " left, fewer than the minimum of " +
                                std::to_string(o_.min_nodes) + " (--nnodes " + range() + "): waiting up to " +
-                               seconds_text(o_.rdzv_timeout_s) + " (--rdzv-timeout) for more\n";
+                               cohort::detail::seconds_text(o_.rdzv_timeout_s) + " (--rdzv-timeout) for more\n";
       std::cerr << wait << std::flush;
       roster_.broadcast({{"type", "wait"}, {"note", wait}});
       if (!gather(signals, deadline_in(o_.rdzv_timeout_s))) {
         return end_job("cohort run: job failed: " + why + "; no node joined within " +
-                           seconds_text(o_.rdzv_timeout_s) + " to make the minimum of " +
+                           cohort::detail::seconds_text(o_.rdzv_timeout_s) + " to make the minimum of " +
                            std::to_string(o_.min_nodes) + " nodes (--nnodes " + range() + ")\n",
                        std::nullopt);
       }
@@ -235,7 +233,7 @@ class ElasticHost : public Coordinator, private RosterEvents {
         auto& nodes = roster_.nodes();
         for (size_t i = 0; i < nodes.size();) {
           if (nodes[i].seated && !nodes[i].stopped) {
-            roster_.drop(i, "it did not stop its workers within " + seconds_text(limit_s), *this);
+            roster_.drop(i, "it did not stop its workers within " + cohort::detail::seconds_text(limit_s), *this);
           } else {
             ++i;
           }

@@ -17,8 +17,6 @@
 namespace cohort::launcher {
 namespace {
 
-using cohort::detail::seconds_text;  // "30 s", "0.5 s"
-
 class ElasticMember : public Coordinator {
  public:
   explicit ElasticMember(const RunOptions& o) : o_(o), where_(o.rdzv_endpoint), beats_(o.node_timeout_s / 5) {}
@@ -33,7 +31,7 @@ class ElasticMember : public Coordinator {
       if (fd >= 0) break;
       if (ms_left(deadline) == 0) {
         throw TimeoutError(-1, "could not reach the rendezvous host at " + where_ + " within " +
-                                   seconds_text(o_.rdzv_timeout_s) + " (" + std::strerror(err) +
+                                   cohort::detail::seconds_text(o_.rdzv_timeout_s) + " (" + std::strerror(err) +
                                    "); start cohort run there with the same --rdzv-endpoint, or raise --rdzv-timeout");
       }
       pollfd p{signals.fd(), POLLIN, 0};
@@ -73,7 +71,7 @@ class ElasticMember : public Coordinator {
       }
       if (!answered_ && ms_left(answer_deadline) == 0) {
         throw TimeoutError(-1, "reached " + where_ + " but no cohort run rendezvous answered within " +
-                                   seconds_text(o_.rdzv_timeout_s) + "; is the job's host listening there?");
+                                   cohort::detail::seconds_text(o_.rdzv_timeout_s) + "; is the job's host listening there?");
       }
     }
   }
@@ -193,7 +191,7 @@ class ElasticMember : public Coordinator {
     } else if (answered_ && link_->silent_for(o_.node_timeout_s)) {
       // Only once answered: the host beats to a node from its admission on, but a join that
       // arrives while it stops its workers waits that long for the answer (join()'s deadline).
-      host_lost_ = "no message for " + seconds_text(o_.node_timeout_s);
+      host_lost_ = "no message for " + cohort::detail::seconds_text(o_.node_timeout_s);
     }
     if (host_lost_) beats_.remove(link_->channel.get());
   }

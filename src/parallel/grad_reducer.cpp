@@ -72,7 +72,10 @@ void GradReducer::build_buckets() {
     if (current.params.empty()) return;
     const auto& t = params_[current.params.front()].tensor;
     current.flat = torch::zeros({current.numel + static_cast<int64_t>(current.params.size())}, t.options());
-    current.used.assign(current.params.size(), 0.0f);
+    // Pinned beside a CUDA bucket, so that launching copies the flags without waiting for the
+    // stream (a copy from pageable memory synchronises it: once per bucket, inside backward).
+    current.used = torch::zeros({static_cast<int64_t>(current.params.size())},
+                                torch::TensorOptions().dtype(torch::kFloat).pinned_memory(t.is_cuda()));
     current.kept.resize(current.params.size());
     for (size_t k = 0; k < current.params.size(); ++k) {
       slots_[current.params[k]].bucket = buckets_.size();
@@ -207,7 +210,7 @@ void GradReducer::copy_into_bucket(size_t index, bool used) {
     region.zero_();
     used = false;
   }
-  bucket.used[slot.index] = used ? 1.0f : 0.0f;
+  bucket.used.data_ptr<float>()[slot.index] = used ? 1.0f : 0.0f;
 }
 
 // A tensor sharing the bucket's storage at `region`, but not an autograd view: optimizers may
@@ -223,8 +226,10 @@ void GradReducer::launch_ready_buckets(bool from_hook) {
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
     const auto k = static_cast<int32_t>(next_bucket_);
     Bucket& b = buckets_[next_bucket_++];
-    const auto n = static_cast<int64_t>(b.used.size());
-    b.flat.narrow(0, b.numel, n).copy_(torch::from_blob(b.used.data(), {n}, torch::kFloat));
+    // Asynchronous from pinned memory: `used` is next written in the next iteration, after finish
+    // read the flags back from `flat` (which waits for this copy). With a hook, whose work may run
+    // on another stream, the copy completes first.
+    b.flat.narrow(0, b.numel, b.used.numel()).copy_(b.used, /*non_blocking=*/b.used.is_pinned() && !hook_);
     (from_hook ? stats_.buckets_launched_in_backward : stats_.buckets_launched_at_end)++;
     if (hook_) {  // also alone: a hook may change the result (PowerSGD), so 1 rank is like W ranks
       launch_hook(k);

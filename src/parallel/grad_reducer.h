@@ -68,7 +68,7 @@ class GradReducer : public std::enable_shared_from_this<GradReducer> {
     std::vector<int64_t> offset;  // where each parameter's gradient starts in `flat`
     int64_t numel = 0;            // gradient elements; `flat` has numel + params.size() (used flags)
     torch::Tensor flat;
-    std::vector<float> used;      // this rank's used flags, copied into flat's tail at launch
+    torch::Tensor used;           // this rank's used flags (CPU; pinned beside a CUDA flat), copied into flat's tail at launch
     std::vector<torch::Tensor> kept;  // aliased gradients of unused parameters, restored if no rank used them
     size_t pending = 0;           // gradients not yet copied in this iteration
     WorkHandle work;                       // in flight on the process group, or

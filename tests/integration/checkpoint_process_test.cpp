@@ -20,8 +20,7 @@
 #include "support/subprocess.h"
 
 namespace fs = std::filesystem;
-using cohort::testing::contains;
-using cohort::testing::run_shell;
+using namespace cohort::testing;  // run_shell, contains, free_port, ... (support/subprocess.h)
 namespace ckpt = cohort::ckpt;
 
 extern char** environ;
@@ -29,7 +28,6 @@ extern char** environ;
 namespace {
 
 const std::string kProbe = CKPT_PROBE;
-const std::string kCohort = COHORT_CLI;
 const std::string kExample = COHORT_FASHION_MNIST;
 const std::string kReader = READ_SAFETENSORS_PY;
 

@@ -10,12 +10,9 @@
 
 namespace {
 
-using cohort::testing::contains;
-using cohort::testing::free_port;
-using cohort::testing::run_shell;
+using namespace cohort::testing;  // run_shell, contains, free_port, ... (support/subprocess.h)
 
 const std::string kExample = COHORT_FASHION_MNIST;
-const std::string kCohort = COHORT_CLI;
 
 bool have_dataset() { return std::ifstream("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz").good(); }
 

@@ -17,14 +17,11 @@
 #include "support/subprocess.h"
 
 namespace fs = std::filesystem;
-using cohort::testing::contains;
-using cohort::testing::free_port;
-using cohort::testing::run_shell;
+using namespace cohort::testing;  // run_shell, contains, free_port, ... (support/subprocess.h)
 
 namespace {
 
 const std::string kGpt = COHORT_GPT;
-const std::string kCohort = COHORT_CLI;
 const std::string kCorpus = "/usr/share/games/fortunes";
 // Small and quick, same code paths: the tiny preset's width and depth at 64 tokens.
 const std::string kSmall = " --preset tiny --seq-len 64 --threads 1 --eval-windows 32";

@@ -14,12 +14,9 @@
 
 namespace {
 
-using cohort::testing::contains;
-using cohort::testing::free_port;
-using cohort::testing::run_shell;
+using namespace cohort::testing;  // run_shell, contains, free_port, ... (support/subprocess.h)
 
 const std::string kProbe = COHORT_INIT_PROBE;
-const std::string kCohort = COHORT_CLI;
 
 // Starts `world` probes in the background with the variables `vars(rank)` and waits for all.
 cohort::testing::Run run_job(int world, const std::function<std::string(int)>& vars) {

@@ -29,15 +29,6 @@ namespace {
 constexpr int kTrainLimit = 2880;  // 24·120: no padding at 2 or 3 ranks, at any point (batch 24)
 constexpr int kEpochs = 2;
 
-std::string find_ip() {
-  for (const char* p : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"}) {
-    if (access(p, X_OK) == 0) return p;
-  }
-  return "";
-}
-
-int sh(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()); }
-
 // Nodes 0..n-1 in namespaces of their own, each with a veth to a bridge in a "switch" namespace.
 class NamespaceStar {
  public:

@@ -13,15 +13,6 @@ using namespace launcher_test;
 
 namespace {
 
-std::string find_ip() {
-  for (const char* p : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"}) {
-    if (access(p, X_OK) == 0) return p;
-  }
-  return "";
-}
-
-int sh(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()); }
-
 // Two namespaces A and B, veth A:10.77.0.1/24 <-> B:10.77.0.2/24, loopback up in both.
 class NamespacePair {
  public:

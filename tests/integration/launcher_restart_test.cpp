@@ -54,7 +54,7 @@ std::vector<pid_t> wait_for_new_pids(const std::string& dir, const std::vector<p
   }
 }
 
-std::vector<std::string> node_cmd(int node, int nproc, int port, int max_restarts, std::vector<std::string> program) {
+std::vector<std::string> restart_node_cmd(int node, int nproc, int port, int max_restarts, std::vector<std::string> program) {
   std::vector<std::string> cmd{COHORT_BIN,      "run", "--nnodes", "2", "--node-rank", std::to_string(node),
                                "--nproc-per-node", std::to_string(nproc), "--master-port", std::to_string(port),
                                "--rdzv-timeout", "30", "--max-restarts", std::to_string(max_restarts), "--"};
@@ -169,8 +169,8 @@ TEST(LauncherRestart, FailureOnNodeOneRestartsBothNodes) {
   // Global rank 2 (node 1) fails in round 0; node 0's two workers would sleep for minutes.
   const std::vector<std::string> program{ENV_PROBE_BIN, "--exit",  "2:3",           "--delay", "500",
                                          "--sleep",     "120",     "--until-restart", "1"};
-  Child n0(node_cmd(0, 2, port, 2, program), {"PROBE_DIR=" + dir.path()});
-  Child n1(node_cmd(1, 1, port, 2, program), {"PROBE_DIR=" + dir.path()});
+  Child n0(restart_node_cmd(0, 2, port, 2, program), {"PROBE_DIR=" + dir.path()});
+  Child n1(restart_node_cmd(1, 1, port, 2, program), {"PROBE_DIR=" + dir.path()});
   std::vector<pid_t> first = wait_for_pids(dir.path(), 3, 20);
   ASSERT_EQ(first.size(), 3u);
   ASSERT_TRUE(all_gone_within({first[2]}, 10));
@@ -200,8 +200,8 @@ TEST(LauncherRestart, TwoNodesAgreeOnTheHistoryWhenRestartsRunOut) {
   const int port = free_port_pair();
   // Rank 1 (node 0) fails in every round: node 1's worker is restarted each time, then both fail.
   const std::vector<std::string> program{ENV_PROBE_BIN, "--exit", "1:4", "--delay", "200", "--sleep", "120"};
-  Child n0(node_cmd(0, 2, port, 1, program));
-  Child n1(node_cmd(1, 1, port, 1, program));
+  Child n0(restart_node_cmd(0, 2, port, 1, program));
+  Child n1(restart_node_cmd(1, 1, port, 1, program));
   Result r0 = n0.wait(60), r1 = n1.wait(60);
   ASSERT_FALSE(r0.timed_out || r1.timed_out);
   EXPECT_EQ(r0.exit_code(), 1) << r0.err;
@@ -218,8 +218,8 @@ TEST(LauncherRestart, InterruptOnNodeOneEndsBothNodesWithoutRestart) {
   TempDir dir;
   const int port = free_port_pair();
   const std::vector<std::string> program{ENV_PROBE_BIN, "--sleep", "120"};
-  Child n0(node_cmd(0, 1, port, 3, program), {"PROBE_DIR=" + dir.path()});
-  Child n1(node_cmd(1, 1, port, 3, program), {"PROBE_DIR=" + dir.path()});
+  Child n0(restart_node_cmd(0, 1, port, 3, program), {"PROBE_DIR=" + dir.path()});
+  Child n1(restart_node_cmd(1, 1, port, 3, program), {"PROBE_DIR=" + dir.path()});
   std::vector<pid_t> pids = wait_for_pids(dir.path(), 2, 20);
   ASSERT_EQ(pids.size(), 2u);
   kill(n1.pid(), SIGTERM);

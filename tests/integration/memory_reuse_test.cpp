@@ -9,7 +9,7 @@
 
 namespace {
 
-using cohort::testing::run_shell;
+using namespace cohort::testing;  // run_shell, contains, free_port, ... (support/subprocess.h)
 
 struct Faults {
   long before = -1, after = -1;

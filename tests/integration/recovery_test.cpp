@@ -23,14 +23,12 @@
 #include "support/subprocess.h"
 
 namespace fs = std::filesystem;
-using cohort::testing::contains;
-using cohort::testing::run_shell;
+using namespace cohort::testing;  // run_shell, contains, free_port, ... (support/subprocess.h)
 
 extern char** environ;
 
 namespace {
 
-const std::string kCohort = COHORT_CLI;
 const std::string kExample = COHORT_FASHION_MNIST;
 
 bool have_dataset() { return std::ifstream("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz").good(); }

@@ -21,8 +21,7 @@
 
 #include "support/subprocess.h"
 
-using cohort::testing::contains;
-using cohort::testing::run_shell;
+using namespace cohort::testing;  // run_shell, contains, free_port, ... (support/subprocess.h)
 using nlohmann::json;
 
 extern char** environ;

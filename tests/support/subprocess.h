@@ -17,6 +17,11 @@
 
 namespace cohort::testing {
 
+#ifdef COHORT_CLI
+/// The `cohort` executable of this build (targets that define COHORT_CLI).
+inline const std::string kCohort = COHORT_CLI;
+#endif
+
 struct Run {
   int exit_code = -1;  // 128 + signal when killed by a signal, as the shell reports it
   std::string output;  // stdout and stderr together

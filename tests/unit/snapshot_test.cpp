@@ -32,8 +32,8 @@ fs::path fresh(const std::string& name) {
 }
 
 // A DDP SmallNet with SGD; rank r trains on its slice of each global batch.
-struct Trainer {
-  explicit Trainer(std::shared_ptr<Context> ctx)
+struct SnapshotTrainer {
+  explicit SnapshotTrainer(std::shared_ptr<Context> ctx)
       : rank(ctx->rank()), world(ctx->world_size()), model(make_model(ctx)),
         opt(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9)) {}
   static DistributedDataParallel<SmallNet> make_model(std::shared_ptr<Context> ctx) {
@@ -77,7 +77,7 @@ std::vector<std::vector<torch::Tensor>> train_six(const fs::path& disk, const fs
   const auto batches = make_batches(6, 8);
   std::vector<std::vector<torch::Tensor>> after(7);
   run_ranks(kWorld, [&](std::shared_ptr<Context> ctx) {
-    Trainer t(ctx);
+    SnapshotTrainer t(ctx);
     Checkpointer checkpoints(disk.string(), ctx,
                              {.every_steps = 4, .snapshot_every_steps = 1, .snapshot_dir = memory.string()});
     for (int s = 0; s < 6; ++s) {
@@ -100,7 +100,7 @@ struct Restored {
 Restored restore(const fs::path& disk, const fs::path& memory) {
   Restored out;
   run_ranks(kWorld, [&](std::shared_ptr<Context> ctx) {
-    Trainer t(ctx);
+    SnapshotTrainer t(ctx);
     Checkpointer checkpoints(disk.string(), ctx, {.every_steps = 4, .snapshot_every_steps = 1, .snapshot_dir = memory.string()});
     const auto info = checkpoints.restore_latest(t.state());
     ASSERT_TRUE(info.has_value());
@@ -162,7 +162,7 @@ TEST(Snapshots, AtTheSameStepTheCheckpointOnDiskIsTaken) {
   const fs::path disk = fresh("disk_same"), memory = fresh("memory_same");
   const auto after = train_six(disk, memory);
   run_ranks(kWorld, [&](std::shared_ptr<Context> ctx) {  // the end-of-job save of step 6, as the examples do
-    Trainer t(ctx);
+    SnapshotTrainer t(ctx);
     Checkpointer checkpoints(disk.string(), ctx, {.snapshot_every_steps = 1, .snapshot_dir = memory.string()});
     checkpoints.restore_latest(t.state());
     checkpoints.save(t.state());
@@ -223,7 +223,7 @@ TEST(Snapshots, NoneWithoutADirectoryAndNegativeIsAnError) {
   ::unsetenv("COHORT_SNAPSHOT_DIR");
   const auto batches = make_batches(2, 8);
   run_ranks(kWorld, [&](std::shared_ptr<Context> ctx) {  // no directory: a note, training goes on
-    Trainer t(ctx);
+    SnapshotTrainer t(ctx);
     Checkpointer checkpoints(disk.string(), ctx, {.snapshot_every_steps = 1});
     for (const auto& b : batches) {
       t.step(b);
@@ -259,7 +259,7 @@ std::vector<std::vector<torch::Tensor>> train_six_on_two_machines(const fs::path
   const auto batches = make_batches(6, 8);
   std::vector<std::vector<torch::Tensor>> after(7);
   run_ranks(kWorld4, [&](std::shared_ptr<Context> ctx) {
-    Trainer t(ctx);
+    SnapshotTrainer t(ctx);
     Checkpointer checkpoints(disk.string(), ctx, four_rank_options(memory, ctx->rank()));
     for (int s = 0; s < 6; ++s) {
       t.step(batches[s]);
@@ -275,7 +275,7 @@ std::vector<std::vector<torch::Tensor>> train_six_on_two_machines(const fs::path
 Restored restore_on_two_machines(const fs::path& disk, const fs::path& memory) {
   std::vector<Restored> by_rank(kWorld4);
   run_ranks(kWorld4, [&](std::shared_ptr<Context> ctx) {
-    Trainer t(ctx);
+    SnapshotTrainer t(ctx);
     Checkpointer checkpoints(disk.string(), ctx, four_rank_options(memory, ctx->rank()));
     const auto info = checkpoints.restore_latest(t.state());
     ASSERT_TRUE(info.has_value());

@@ -54,13 +54,13 @@ double max_relative_diff_after(const Options& options, int steps) {
   return worst;
 }
 
-struct Case {
+struct AdamCase {
   double weight_decay;
   bool amsgrad;
 };
-void PrintTo(const Case& c, std::ostream* os) { *os << "weight_decay " << c.weight_decay << (c.amsgrad ? " amsgrad" : ""); }
+void PrintTo(const AdamCase& c, std::ostream* os) { *os << "weight_decay " << c.weight_decay << (c.amsgrad ? " amsgrad" : ""); }
 
-class FusedAdamMatches : public ::testing::TestWithParam<Case> {};
+class FusedAdamMatches : public ::testing::TestWithParam<AdamCase> {};
 
 TEST_P(FusedAdamMatches, LibtorchAdam) {
   const auto c = GetParam();
@@ -107,7 +107,7 @@ TEST_P(FusedAdamMatches, AtensFusedKernelOnThisLibtorch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Options, FusedAdamMatches,
-                         ::testing::Values(Case{0, false}, Case{0.1, false}, Case{0, true}, Case{0.1, true}),
+                         ::testing::Values(AdamCase{0, false}, AdamCase{0.1, false}, AdamCase{0, true}, AdamCase{0.1, true}),
                          [](const auto& info) {
                            return std::string(info.param.weight_decay ? "decay" : "no_decay") +
                                   (info.param.amsgrad ? "_amsgrad" : "");

@@ -16,19 +16,19 @@ using namespace cohort::testing;
 
 namespace {
 
-struct Case {
+struct SgdCase {
   const char* name;
   double momentum, dampening, weight_decay;
   bool nesterov;
 };
 
-torch::optim::SGDOptions options_of(const Case& c) {
+torch::optim::SGDOptions options_of(const SgdCase& c) {
   return torch::optim::SGDOptions(0.05).momentum(c.momentum).dampening(c.dampening).weight_decay(c.weight_decay).nesterov(
       c.nesterov);
 }
 
 // Parameters, then each momentum buffer (when there is one).
-std::vector<torch::Tensor> state_of(torch::optim::SGD& opt, const std::vector<torch::Tensor>& ps) {
+std::vector<torch::Tensor> sgd_state_of(torch::optim::SGD& opt, const std::vector<torch::Tensor>& ps) {
   std::vector<torch::Tensor> out;
   for (const auto& p : ps) {
     out.push_back(p.detach());
@@ -59,21 +59,21 @@ void expect_same(const std::vector<torch::Tensor>& got, const std::vector<torch:
   }
 }
 
-class FusedSgdMatches : public ::testing::TestWithParam<Case> {};
+class FusedSgdMatches : public ::testing::TestWithParam<SgdCase> {};
 
 TEST_P(FusedSgdMatches, LibtorchSgdAfterTwentyFiveSteps) {
   auto a = make_params(), b = clone_params(a);
   torch::optim::SGD ref(a, options_of(GetParam()));
   cohort::FusedSGD fused(b, options_of(GetParam()));
   step_both(ref, a, fused, b, 0, 25);
-  expect_same(state_of(fused, b), state_of(ref, a));
+  expect_same(sgd_state_of(fused, b), sgd_state_of(ref, a));
 }
 
 INSTANTIATE_TEST_SUITE_P(Options, FusedSgdMatches,
-                         ::testing::Values(Case{"momentum", 0.9, 0, 0, false}, Case{"dampening", 0.9, 0.3, 0, false},
-                                           Case{"nesterov", 0.9, 0, 0, true}, Case{"weight_decay", 0.9, 0, 1e-2, false},
-                                           Case{"all", 0.8, 0, 1e-2, true}, Case{"plain", 0, 0, 0, false},
-                                           Case{"plain_decay", 0, 0, 1e-2, false}),
+                         ::testing::Values(SgdCase{"momentum", 0.9, 0, 0, false}, SgdCase{"dampening", 0.9, 0.3, 0, false},
+                                           SgdCase{"nesterov", 0.9, 0, 0, true}, SgdCase{"weight_decay", 0.9, 0, 1e-2, false},
+                                           SgdCase{"all", 0.8, 0, 1e-2, true}, SgdCase{"plain", 0, 0, 0, false},
+                                           SgdCase{"plain_decay", 0, 0, 1e-2, false}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 // The comparison can fail: a different momentum is told apart.
@@ -90,7 +90,7 @@ TEST(FusedSgd, FallsBackToTheBaseClassBitwiseForOtherDtypes) {
   torch::optim::SGD ref(a, torch::optim::SGDOptions(0.05).momentum(0.9).weight_decay(1e-2));
   cohort::FusedSGD fused(b, torch::optim::SGDOptions(0.05).momentum(0.9).weight_decay(1e-2));
   step_both(ref, a, fused, b, 0, 5);
-  auto want = state_of(ref, a), got = state_of(fused, b);
+  auto want = sgd_state_of(ref, a), got = sgd_state_of(fused, b);
   for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(torch::equal(got[i], want[i])) << i;
 }
 
@@ -128,7 +128,7 @@ void switch_midway() {
     second.load(archive);
   }
   step_both(straight, a, second, b, 4, 8);
-  expect_same(state_of(second, b), state_of(straight, a));
+  expect_same(sgd_state_of(second, b), sgd_state_of(straight, a));
 }
 
 TEST(FusedSgdCheckpoint, SavedFusedLoadsIntoLibtorchSgd) { switch_midway<cohort::FusedSGD, torch::optim::SGD>(); }

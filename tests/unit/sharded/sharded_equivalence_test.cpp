@@ -12,7 +12,7 @@ namespace {
 using namespace cohort::testing;
 using cohort::ShardingLevel;
 
-struct Case {
+struct EquivalenceCase {
   int world;
   ShardingLevel level;
   Opt opt;
@@ -20,8 +20,8 @@ struct Case {
   cohort::ReduceScatterAlgo rs = cohort::ReduceScatterAlgo::automatic;
 };
 
-std::string name_of(const ::testing::TestParamInfo<Case>& info) {
-  const Case& c = info.param;
+std::string name_of(const ::testing::TestParamInfo<EquivalenceCase>& info) {
+  const EquivalenceCase& c = info.param;
   const char* opt = c.opt == Opt::sgd          ? "SGD"
                     : c.opt == Opt::adam       ? "Adam"
                     : c.opt == Opt::fused_adam ? "FusedAdam"
@@ -42,7 +42,7 @@ struct Result {
   std::vector<StateMap> ddp_by_rank, sharded_by_rank;  // every rank's view, for bitwise agreement
 };
 
-Result train_both(const Case& c, int steps, double clip = 0, int accumulate = 1) {
+Result train_both(const EquivalenceCase& c, int steps, double clip = 0, int accumulate = 1) {
   const int64_t B = 5;
   const auto batches = make_batches(steps * accumulate, B * c.world, 3);
   const auto init = mlp_init(11), other = mlp_init(12);
@@ -104,10 +104,10 @@ Result train_both(const Case& c, int steps, double clip = 0, int accumulate = 1)
   return result;
 }
 
-class ShardedEquivalence : public ::testing::TestWithParam<Case> {};
+class ShardedEquivalence : public ::testing::TestWithParam<EquivalenceCase> {};
 
 TEST_P(ShardedEquivalence, SameParametersAsDdp) {
-  const Case c = GetParam();
+  const EquivalenceCase c = GetParam();
   const auto r = train_both(c, 4);
   expect_same_state(r.sharded, r.ddp);
   if (c.opt == Opt::fused_adam || c.opt == Opt::fused_adamw) {  // every rank holds bitwise the same model
@@ -121,8 +121,8 @@ TEST_P(ShardedEquivalence, SameParametersAsDdp) {
   EXPECT_GT(r.stats.reductions_in_backward, 0);  // launched from hooks, overlapping backward
 }
 
-std::vector<Case> cases() {
-  std::vector<Case> out;
+std::vector<EquivalenceCase> cases() {
+  std::vector<EquivalenceCase> out;
   for (int w : {2, 3, 4})
     for (auto level : {ShardingLevel::optimizer_state, ShardingLevel::gradients, ShardingLevel::parameters})
       for (auto opt : {Opt::sgd, Opt::adam}) out.push_back({w, level, opt});

@@ -20,7 +20,7 @@
 
 namespace {
 
-using cohort::testing::run_shell;
+using namespace cohort::testing;  // run_shell, contains, free_port, ... (support/subprocess.h)
 
 struct Measured {
   double state_mb = 0;  // the largest over the ranks

@@ -10,8 +10,7 @@
 #include "report.h"
 #include "support/subprocess.h"
 
-using cohort::testing::contains;
-using cohort::testing::run_shell;
+using namespace cohort::testing;  // run_shell, contains, free_port, ... (support/subprocess.h)
 using nlohmann::json;
 
 namespace {
