@@ -38,7 +38,7 @@ run() {
   fi
   "$cohort" run --nproc-per-node 2 --threads-per-proc 1 --no-dashboard --run-dir "$dir/run" -- "${args[@]}" >"$dir/log" 2>&1 &
   pid=$!
-  # The agent's snapshot directory is named after its pid (launcher/snapshot_memory.h).
+  # The agent's snapshot directory is named after its pid (launcher/workers/snapshot_memory.h).
   while [ "$every" != 0 ] && kill -0 "$pid" 2>/dev/null; do
     bytes=$(du -sb /dev/shm/cohort-snapshots-"$pid"-* 2>/dev/null | awk '{s += $1} END {print s + 0}')
     [ "$bytes" -gt "$peak" ] && peak=$bytes

@@ -1,4 +1,4 @@
-// Fuzzes what an agent accepts from another agent (launcher/message_check.h): a line that passes
+// Fuzzes what an agent accepts from another agent (launcher/io/message_check.h): a line that passes
 // agent_message_problem must be readable the way the handlers read it — value() with each field's
 // type — without an exception (nlohmann's value() throws on a wrong type, which used to abort the
 // elastic host on one line {"type":1}).
@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "launcher/message_check.h"
+#include "launcher/io/message_check.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const char* text = reinterpret_cast<const char*>(data);

@@ -1,4 +1,4 @@
-// Fuzzes what an agent's channel (launcher/channel.h) makes of the bytes a peer sends. The first
+// Fuzzes what an agent's channel (launcher/io/channel.h) makes of the bytes a peer sends. The first
 // byte picks who the peer is:
 //   even — a stranger: the rest goes onto the socket as it is (hello, MAC framing, refusal lines).
 //          Without the job token nothing may come out as a message: one would be a forgery.
@@ -15,8 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "launcher/channel.h"
-#include "launcher/message_check.h"
+#include "launcher/io/channel.h"
+#include "launcher/io/message_check.h"
 
 using cohort::launcher::Channel;
 using nlohmann::json;

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "launcher/worker_link.h"
+#include "launcher/workers/worker_link.h"
 #include "monitor/hub.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -11,7 +11,7 @@
 #include "sim_command.h"
 #include "cohort/version.h"
 #include "launcher/agent.h"
-#include "launcher/cli.h"
+#include "launcher/config/cli.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"cohort — distributed training for libtorch (C++) programs"};

@@ -6,11 +6,11 @@
 // Node 0's agent (or the only one) makes the restart decision (coordinator.h), so every node
 // runs the same round numbers. Hangs are detected in supervise() (a hung worker is a worker
 // failure) and their flight records collected before the workers are stopped (flight_dumps.h).
-// Elastic membership lives in the coordinators (elastic_coordinators.h): each round's Assignment
+// Elastic membership lives in the coordinators (elastic/coordinators.h): each round's Assignment
 // may bring another world size, node rank and store, which local_places() hands to the workers.
 // Monitoring (job_monitor.h): the leading agent's hub hears of every round, failure, restart and
 // the end; the workers' metrics and events reach it through supervise().
-#include "agent.h"
+#include "launcher/agent.h"
 
 #include <signal.h>
 #include <string.h>  // sigabbrev_np
@@ -19,18 +19,18 @@
 #include <iostream>
 
 #include "cohort/error.h"
-#include "failure_history.h"
-#include "flight_dumps.h"
+#include "launcher/failure_history.h"
+#include "launcher/watch/flight_dumps.h"
 #include "runtime/blas_core.h"
-#include "job_monitor.h"
-#include "job_token.h"
-#include "rendezvous.h"
-#include "signal_pipe.h"
-#include "snapshot_memory.h"
-#include "standby.h"
-#include "supervisor.h"
-#include "watch.h"
-#include "worker_group.h"
+#include "launcher/watch/job_monitor.h"
+#include "launcher/io/job_token.h"
+#include "launcher/static/rendezvous.h"
+#include "launcher/io/signal_pipe.h"
+#include "launcher/workers/snapshot_memory.h"
+#include "launcher/workers/standby.h"
+#include "launcher/supervisor.h"
+#include "launcher/watch/watch.h"
+#include "launcher/workers/worker_group.h"
 
 namespace cohort::launcher {
 namespace {

@@ -5,7 +5,7 @@
 // 2 bad input (one line on stderr); 3 the rendezvous timed out; 128+N interrupted by signal N.
 #pragma once
 
-#include "options.h"
+#include "launcher/config/options.h"
 
 namespace cohort::launcher {
 

@@ -3,8 +3,8 @@
 //
 // The supervision loop (supervisor.h) and the agent's round loop (agent.cpp) talk only to this
 // interface, so that one machine and many share one loop: SoloCoordinator has no peers; node 0's
-// and the other nodes' coordinators (peer_coordinators.h) exchange messages over the rendezvous
-// connections; an elastic job's host and members (elastic_coordinators.h) also change the world
+// and the other nodes' coordinators (static/coordinators.h) exchange messages over the rendezvous
+// connections; an elastic job's host and members (elastic/coordinators.h) also change the world
 // between rounds. Node 0 (or the lone agent, or the elastic host) makes every decision, so all
 // nodes agree on the round number.
 #pragma once
@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "round.h"
+#include "launcher/round.h"
 
 namespace cohort::launcher {
 

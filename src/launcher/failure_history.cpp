@@ -1,5 +1,5 @@
 // Restart notices and the failure history. See failure_history.h.
-#include "failure_history.h"
+#include "launcher/failure_history.h"
 
 #include <time.h>
 

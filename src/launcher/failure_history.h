@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "round.h"
+#include "launcher/round.h"
 
 namespace cohort::launcher {
 

@@ -1,5 +1,5 @@
 // Exit descriptions and the failure summary. See failure_summary.h.
-#include "failure_summary.h"
+#include "launcher/failure_summary.h"
 
 #include <sys/wait.h>
 

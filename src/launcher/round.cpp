@@ -1,5 +1,5 @@
 // Rounds and the restart rule. See round.h.
-#include "round.h"
+#include "launcher/round.h"
 
 #include <chrono>
 

@@ -4,7 +4,7 @@
 // outcome → restart decision. A round that fails (a worker exits non-zero or dies by a signal,
 // here or on another node) ends on every node, and the job starts again with the next round
 // number (COHORT_RESTART_COUNT) while --max-restarts allows. Node 0's agent (or the only agent)
-// decides; the others are told (peer_coordinators.h), so all nodes agree on the count.
+// decides; the others are told (static/coordinators.h), so all nodes agree on the count.
 // Pure data and the restart rule: no processes, no sockets.
 #pragma once
 
@@ -13,12 +13,12 @@
 #include <stdexcept>
 #include <string>
 
-#include "failure_summary.h"
+#include "launcher/failure_summary.h"
 
 namespace cohort::launcher {
 
 /// This node's place in one round. With static membership only `round` and `restarts` change
-/// between rounds; an elastic job (elastic_coordinators.h) may change everything but the store.
+/// between rounds; an elastic job (elastic/coordinators.h) may change everything but the store.
 struct Assignment {
   int round = 0;        // COHORT_RESTART_COUNT: 0, then +1 whenever the workers start again
   int restarts = 0;     // restarts after a worker failure so far (what --max-restarts limits);
@@ -73,7 +73,7 @@ struct RoundEnd {
 /// The restart rule: a worker failure restarts the job while restarts are left (restarts <
 /// max_restarts); an interrupt, a lost node or a node that stopped the job never restart it.
 /// (Hang detection will add "a worker stopped making progress" as a worker failure.) Elastic jobs
-/// add their membership rule on top (elastic_coordinators.h).
+/// add their membership rule on top (elastic/coordinators.h).
 RoundEnd decide_round_end(const Outcome& outcome, int restarts, int max_restarts);
 
 /// The job ends between rounds without a restart (a node lost or stopped it, the next round's

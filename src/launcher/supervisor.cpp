@@ -1,5 +1,5 @@
 // The supervision loop. See supervisor.h.
-#include "supervisor.h"
+#include "launcher/supervisor.h"
 
 #include <poll.h>
 #include <signal.h>
@@ -7,13 +7,13 @@
 #include <chrono>
 #include <set>
 
-#include "coordinator.h"
-#include "flight_dumps.h"
-#include "hang_detector.h"
-#include "job_monitor.h"
-#include "signal_pipe.h"
-#include "watch.h"
-#include "worker_group.h"
+#include "launcher/coordinator.h"
+#include "launcher/watch/flight_dumps.h"
+#include "launcher/watch/hang_detector.h"
+#include "launcher/watch/job_monitor.h"
+#include "launcher/io/signal_pipe.h"
+#include "launcher/watch/watch.h"
+#include "launcher/workers/worker_group.h"
 
 namespace cohort::launcher {
 

@@ -12,7 +12,7 @@
 
 #include <functional>
 
-#include "round.h"
+#include "launcher/round.h"
 
 namespace cohort::launcher {
 

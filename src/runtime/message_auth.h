@@ -1,6 +1,6 @@
 // runtime/message_auth.h — the few cryptographic operations cohort needs to tell its own messages
 // from anyone else's: HMAC-SHA256, a constant-time comparison and random bytes, all from OpenSSL's
-// libcrypto (no hand-written crypto). Used by the launcher's agent messages (launcher/channel.h)
+// libcrypto (no hand-written crypto). Used by the launcher's agent messages (launcher/io/channel.h)
 // and by the workers' checkpoint commit parts (checkpoint/save_commit.cpp); see docs/security.md.
 #pragma once
 

@@ -14,8 +14,8 @@
 #include <fstream>
 
 #include "cohort/error.h"
-#include "launcher/channel.h"
-#include "launcher/job_token.h"
+#include "launcher/io/channel.h"
+#include "launcher/io/job_token.h"
 
 using namespace cohort::launcher;
 using json = nlohmann::json;

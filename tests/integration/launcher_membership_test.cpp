@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "cohort/error.h"
-#include "launcher/elastic_options.h"
-#include "launcher/membership.h"
+#include "launcher/config/elastic_options.h"
+#include "launcher/elastic/membership.h"
 
 using namespace cohort::launcher;
 

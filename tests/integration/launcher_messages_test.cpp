@@ -6,9 +6,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "launcher/channel.h"
-#include "launcher/message_check.h"
-#include "launcher/peer_protocol.h"
+#include "launcher/io/channel.h"
+#include "launcher/io/message_check.h"
+#include "launcher/static/protocol.h"
 
 using namespace cohort::launcher;
 using json = nlohmann::json;

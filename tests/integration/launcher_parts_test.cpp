@@ -11,12 +11,12 @@
 
 #include <algorithm>
 
-#include "launcher/cli.h"
+#include "launcher/config/cli.h"
 #include "launcher/failure_history.h"
 #include "launcher/failure_summary.h"
 #include "launcher/round.h"
-#include "launcher/output_relay.h"
-#include "launcher/worker_env.h"
+#include "launcher/workers/output_relay.h"
+#include "launcher/workers/worker_env.h"
 
 using namespace cohort::launcher;
 

@@ -1,4 +1,4 @@
-// The agents' channel's droppable sends (launcher/channel.h), which carry forwarded metrics to the
+// The agents' channel's droppable sends (launcher/io/channel.h), which carry forwarded metrics to the
 // leading agent: they never wait, drop when the queue is full, and never tear a message — also
 // when a message that must arrive (send()) follows them.
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 #include <chrono>
 #include <thread>
 
-#include "launcher/channel.h"
+#include "launcher/io/channel.h"
 
 using cohort::launcher::Channel;
 using nlohmann::json;

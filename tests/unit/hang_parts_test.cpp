@@ -18,8 +18,8 @@
 #include <sstream>
 #include <thread>
 
-#include "launcher/hang_detector.h"
-#include "launcher/worker_link.h"
+#include "launcher/watch/hang_detector.h"
+#include "launcher/workers/worker_link.h"
 #include "runtime/agent_link.h"
 #include "runtime/flight_recorder.h"
 

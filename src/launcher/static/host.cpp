@@ -1,0 +1,165 @@
+// Node 0's coordinator: hears every node, decides about every round, keeps the nodes in step
+// between rounds. See static/coordinators.h for the protocol.
+#include <sstream>
+
+#include "launcher/static/coordinators.h"
+#include "launcher/static/protocol.h"
+
+namespace cohort::launcher {
+namespace {
+
+class HostCoordinator : public Coordinator {
+ public:
+  HostCoordinator(std::vector<PeerLink> members, Assignment first, const RunOptions& o)
+      : own_(first), max_restarts_(o.max_restarts), barrier_timeout_s_(o.stop_grace_s + o.rdzv_timeout_s) {
+    for (auto& m : members) members_.push_back({std::move(m)});
+  }
+
+  void add_pollfds(std::vector<pollfd>& fds) const override {
+    for (const auto& m : members_) {
+      if (m.link.channel) fds.push_back({m.link.channel->fd(), POLLIN, 0});
+    }
+  }
+
+  std::optional<PeerEvent> handle(const std::vector<pollfd>& fds) override {
+    std::optional<PeerEvent> event;
+    for (auto& m : members_) {
+      if (!m.link.channel || !is_ready(fds, m.link.channel->fd())) continue;
+      std::vector<nlohmann::json> messages;
+      bool open = m.link.channel->receive(messages);
+      for (const auto& msg : messages) {
+        if (take_monitor(msg, m.link.node_rank)) continue;
+        if (round_of(msg) != own_.round) continue;  // late news about an earlier round
+        const std::string type = msg.value("type", "");
+        if (type == "done") m.done = true;
+        if (type == "fail" && !event) event = PeerEvent{PeerEvent::failed, msg.value("summary", ""), failure_from(msg)};
+        if (type == "abort" && !event) event = PeerEvent{PeerEvent::stopped, msg.value("summary", ""), std::nullopt};
+      }
+      if (!open) {
+        m.link.channel.reset();
+        if (!m.done && !event) event = PeerEvent{PeerEvent::lost, lost_text(m), std::nullopt};
+      }
+    }
+    return event;
+  }
+
+  void local_done() override { done_ = true; }
+
+  bool job_done() override {
+    if (!done_) return false;
+    for (const auto& m : members_) {
+      if (!m.done) return false;
+    }
+    broadcast({{"type", "finish"}, {"round", own_.round}});
+    return true;
+  }
+
+  void round_over(const Outcome& outcome) override {
+    end_ = decide_round_end(outcome, own_.restarts, max_restarts_);
+    nlohmann::json stop{{"type", "stop"}, {"round", own_.round}, {"restart", end_.restart}, {"summary", end_.summary}};
+    if (end_.failure) stop["failure"] = failure_to_json(*end_.failure);
+    broadcast(stop);
+  }
+
+  RoundEnd decision(SignalPipe&) override { return end_; }
+
+  Assignment next_round(SignalPipe& signals) override {
+    const auto deadline = deadline_in(barrier_timeout_s_);
+    for (auto& m : members_) m.stopped = false;
+    for (;;) {
+      std::string missing;
+      for (auto& m : members_) {
+        if (!m.link.channel) stop_for_good(lost_text(m));
+        if (!m.stopped) missing += (missing.empty() ? "" : ", ") + std::to_string(m.link.node_rank);
+      }
+      if (missing.empty()) break;
+      if (ms_left(deadline) == 0) {
+        std::ostringstream os;
+        os << "cohort run: job failed: node(s) " << missing << " did not stop their workers of round " << own_.round
+           << " within " << barrier_timeout_s_ << " s (--stop-timeout + --rdzv-timeout); not restarting\n";
+        stop_for_good(os.str());
+      }
+      std::vector<Channel*> channels;
+      for (auto& m : members_) channels.push_back(m.link.channel.get());
+      std::vector<pollfd> fds = wait_for_channels(channels, signals, std::min(ms_left(deadline), 200));
+      for (auto& m : members_) {
+        if (!m.link.channel || !is_ready(fds, m.link.channel->fd())) continue;
+        std::vector<nlohmann::json> messages;
+        bool open = m.link.channel->receive(messages);
+        for (const auto& msg : messages) {
+          if (take_monitor(msg, m.link.node_rank)) continue;
+          if (round_of(msg) != own_.round) continue;
+          const std::string type = msg.value("type", "");
+          if (type == "stopped") m.stopped = true;
+          if (type == "abort") stop_for_good(msg.value("summary", ""));
+          // "fail" and "done" of the round that just ended change nothing now.
+        }
+        if (!open) m.link.channel.reset();  // reported as lost at the top of the loop
+      }
+    }
+    // Every node's workers are gone. Static membership: same world, same ranks, next round.
+    // (Elastic membership will form the new world here, from the nodes that are still present.)
+    ++own_.round;
+    ++own_.restarts;  // static membership: every next round follows a worker failure
+    done_ = false;
+    for (auto& m : members_) {
+      m.done = false;
+      m.link.channel->send(
+          {{"type", "start"}, {"round", own_.round}, {"world_size", own_.world_size}, {"rank_base", m.link.rank_base}});
+    }
+    return own_;
+  }
+
+  void abort(const std::string& summary) override {
+    broadcast({{"type", "stop"}, {"round", own_.round}, {"restart", false}, {"summary", summary}});
+  }
+
+  void set_monitor_sink(MonitorSink sink) override { sink_ = std::move(sink); }
+
+ private:
+  // A worker's message that node `node` forwarded: to the hub, whatever the round.
+  bool take_monitor(const nlohmann::json& msg, int node) {
+    if (msg.value("type", "") != "monitor") return false;
+    if (sink_ && msg.contains("m")) sink_(msg["m"], msg.value("node", node));
+    return true;
+  }
+
+  struct Member {
+    PeerLink link;
+    bool done = false;
+    bool stopped = false;
+  };
+
+  static std::string lost_text(const Member& m) {
+    return "cohort run: job failed: lost contact with node " + std::to_string(m.link.node_rank) +
+           "'s cohort run (it exited or became unreachable)\n";
+  }
+
+  void broadcast(const nlohmann::json& message) {
+    for (auto& m : members_) {
+      if (m.link.channel) m.link.channel->send(message);
+    }
+  }
+
+  [[noreturn]] void stop_for_good(const std::string& summary) {
+    abort(summary);
+    throw JobStopped(summary);
+  }
+
+  std::vector<Member> members_;
+  Assignment own_;
+  int max_restarts_;
+  double barrier_timeout_s_;
+  RoundEnd end_;
+  bool done_ = false;
+  MonitorSink sink_;
+};
+
+}  // namespace
+
+std::unique_ptr<Coordinator> make_host_coordinator(std::vector<PeerLink> members, Assignment first,
+                                                   const RunOptions& options) {
+  return std::make_unique<HostCoordinator>(std::move(members), first, options);
+}
+
+}  // namespace cohort::launcher

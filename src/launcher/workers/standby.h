@@ -1,0 +1,59 @@
+// launcher/workers/standby.h — warm spares (`cohort run --warm-spares`): the next round's workers, started
+// while the current round trains, each waiting in cohort::init() until the agent releases it.
+//
+// A restart otherwise waits for new processes to load libtorch (~0.4 s of CPU each here) and for the
+// program's own set-up (its data) before the first step. A standby worker has done all of that
+// already: it was started with exactly the variables the next round gives (worker_env.h, restart
+// count included) plus COHORT_STANDBY=1, and init() blocks until the agent's "go" arrives on the
+// worker link (src/runtime/agent_link.h). So a program that reads RANK or COHORT_RESTART_COUNT
+// before init() sees the right values; what it must not do before init() is depend on files the
+// training writes (checkpoints): those are read after init(), by the Checkpointer.
+// The agent adopts the standby workers only when the next round's places are exactly the ones they
+// were started for (an elastic round may bring another world size) and every one of them is
+// waiting in init() (its heartbeat arrived); otherwise it discards them and starts fresh workers.
+// So a spare still loading when a failure comes costs nothing but the fresh start, and a program
+// that does not call cohort::init() — it would run ahead instead of waiting — is never adopted
+// (a warning says so once such a spare exits on its own). Their output pipes are not read until they are adopted (the kernel buffers
+// what they print meanwhile). They die with the agent (PR_SET_PDEATHSIG, spawn.h).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "launcher/workers/spawn.h"
+#include "launcher/workers/worker_env.h"
+
+namespace cohort::launcher {
+
+class WorkerLink;
+
+struct StandbyProcess {
+  WorkerPlace place;
+  SpawnedProcess process;
+};
+
+class StandbyWorkers {
+ public:
+  StandbyWorkers() = default;
+  ~StandbyWorkers();  // discards what was not taken
+  StandbyWorkers(const StandbyWorkers&) = delete;
+  StandbyWorkers& operator=(const StandbyWorkers&) = delete;
+
+  /// Starts one standby worker per place (after discarding earlier ones). Throws cohort::ConfigError.
+  void start(const std::vector<WorkerPlace>& places, const std::vector<std::string>& command,
+             const std::vector<std::string>& extra_env);
+  bool empty() const { return standby_.empty(); }
+  /// Whether the standby workers were started for exactly these places and all wait in init():
+  /// running, and known to the link (call link.receive() first).
+  bool ready_for(const std::vector<WorkerPlace>& places, const WorkerLink& link);
+  /// Hands the standby workers over (to WorkerGroup::adopt); afterwards this is empty.
+  std::vector<StandbyProcess> take();
+  /// Kills and reaps the standby workers.
+  void discard();
+
+ private:
+  std::vector<StandbyProcess> standby_;
+  bool warned_ = false;  // a spare exited on its own: said once
+};
+
+}  // namespace cohort::launcher
