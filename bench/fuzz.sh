@@ -15,15 +15,7 @@ case "$seconds$jobs" in ''|*[!0-9]*) echo "fuzz.sh: SECONDS and FUZZ_JOBS must b
 [ "$jobs" -ge 1 ] || { echo "fuzz.sh: FUZZ_JOBS must be at least 1" >&2; exit 2; }
 
 # clang-14 and libFuzzer from Debian (scripts/setup-test-tools.sh installs them too).
-missing=()
-for p in clang-14 libfuzzer-14-dev; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
-fi
+bash scripts/apt-install-missing.sh fuzz.sh clang-14 libfuzzer-14-dev
 COHORT_SETUP_NO_BUILD=1 bash scripts/setup.sh  # nlohmann-json, spdlog, xxhash headers
 
 cmake -S fuzz -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null

@@ -14,16 +14,7 @@ packages=(
   dpkg-dev      # dpkg-shlibdeps: the .deb's library dependencies (cpack, scripts/check-downstream.sh)
   clang-14 libfuzzer-14-dev  # libFuzzer with ASan/UBSan: the parsers' fuzz harnesses (fuzz/, bench/fuzz.sh)
 )
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "setup-test-tools: installing ${missing[*]}"
-  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
-fi
+bash scripts/apt-install-missing.sh setup-test-tools "${packages[@]}"
 
 # Pinned by requirements/test-tools.txt; tests/e2e/node.sh finds it in the same place.
 bash scripts/make-venv.sh requirements/test-tools.txt venv-test-tools >/dev/null

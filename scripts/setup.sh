@@ -27,16 +27,7 @@ packages=(
   iproute2              # ip netns + veth: the launcher's two-node test runs nodes as network namespaces
   emscripten            # em++: the simulator's C++ core compiled to WebAssembly for its page (web/sim/)
 )
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "setup: installing ${missing[*]}"
-  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
-fi
+bash scripts/apt-install-missing.sh setup "${packages[@]}"
 
 [ "${COHORT_SETUP_NO_BUILD:-0}" = 1 ] && exit 0
 # A unity build (CMake joins each target's sources in batches of 8): the torch templates a source
