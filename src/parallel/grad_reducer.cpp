@@ -229,7 +229,7 @@ void GradReducer::launch_ready_buckets(bool from_hook) {
     // Asynchronous from pinned memory: `used` is next written in the next iteration, after finish
     // read the flags back from `flat` (which waits for this copy). With a hook, whose work may run
     // on another stream, the copy completes first.
-    b.flat.narrow(0, b.numel, b.used.numel()).copy_(b.used, /*non_blocking=*/b.used.is_pinned() && !hook_);
+    b.flat.narrow(0, b.numel, b.used.numel()).copy_(b.used, /*non_blocking=*/b.flat.is_cuda() && !hook_);
     (from_hook ? stats_.buckets_launched_in_backward : stats_.buckets_launched_at_end)++;
     if (hook_) {  // also alone: a hook may change the result (PowerSGD), so 1 rank is like W ranks
       launch_hook(k);
