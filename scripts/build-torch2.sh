@@ -13,6 +13,8 @@ if ! command -v nvcc >/dev/null 2>&1; then
 fi
 command -v nvcc >/dev/null 2>&1 || { echo "build-torch2: nvcc not found: this build needs the CUDA toolkit" >&2; exit 1; }
 prefix="$("$venv/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)')"
+# Without the simulator's page (COHORT_EMXX=OFF; its em++ build took ~2.5 min of CI): it has no torch
+# in it, and its browser test runs on the first build only (scripts/test-torch2.sh).
 cmake -S . -B build-torch2 -G Ninja -DCMAKE_BUILD_TYPE="${COHORT_BUILD_TYPE:-Release}" -DCMAKE_UNITY_BUILD="${COHORT_UNITY_BUILD:-ON}" \
-  -DCMAKE_PREFIX_PATH="$prefix" -DCOHORT_PYTHON="$venv/bin/python" >/dev/null
+  -DCMAKE_PREFIX_PATH="$prefix" -DCOHORT_PYTHON="$venv/bin/python" -DCOHORT_EMXX="${COHORT_EMXX:-OFF}" >/dev/null
 cmake --build build-torch2

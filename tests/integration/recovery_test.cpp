@@ -30,6 +30,11 @@ extern char** environ;
 namespace {
 
 const std::string kExample = COHORT_FASHION_MNIST;
+// Steps of every faulty run and its uninterrupted twin: enough for the faults to come before the
+// end. Each start trains for a random 0.2-1.5 s after its first step before its fault, at most ~20
+// steps of the CNN at >= 75 ms a step on this machine (fewer under load), so five faults need about
+// 100; 160 leaves the margin without training the 400 steps these tests once took (CI time).
+const std::string kSteps = "--max-steps 160";
 
 bool have_dataset() { return std::ifstream("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz").good(); }
 
@@ -122,7 +127,7 @@ TEST(Recovery, FiveSigkillsStillGiveTheUninterruptedRunsParametersBitwise) {
   const fs::path dir = fs::temp_directory_path() / ("cohort_recovery_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
-  const std::string example_args = " --no-eval --threads 1 --log-every 0 --max-steps 400 --ckpt-every 7 --report-first-step";
+  const std::string example_args = " --no-eval --threads 1 --log-every 0 " + kSteps + " --ckpt-every 7 --report-first-step";
   const std::string run = kCohort + " run --nproc-per-node 2 --threads-per-proc 1 --max-restarts 8 -- " + kExample;
 
   const auto straight = run_shell(run + " --ckpt-dir " + (dir / "straight").string() + example_args);
@@ -171,7 +176,7 @@ void expect_snapshots_lose_at_most_one_step(int sig, int faults, const std::stri
   const fs::path dir = fs::temp_directory_path() / ("cohort_snapshots_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
-  const std::string example_args = " --no-eval --threads 1 --log-every 0 --max-steps 400 --report-first-step";
+  const std::string example_args = " --no-eval --threads 1 --log-every 0 " + kSteps + " --report-first-step";
   const std::string run = kCohort + " run --nproc-per-node 2 --threads-per-proc 1 --max-restarts 8 --no-dashboard" +
                           launcher_flags;
 
@@ -325,7 +330,7 @@ TEST(Recovery, WarmSparesTakeOverAfterEachSigkillWithTheUninterruptedRunsResult)
   const fs::path dir = fs::temp_directory_path() / ("cohort_warm_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir / "xdg");
-  const std::string example_args = " --no-eval --threads 1 --log-every 0 --max-steps 400 --ckpt-every 7 --report-first-step";
+  const std::string example_args = " --no-eval --threads 1 --log-every 0 " + kSteps + " --ckpt-every 7 --report-first-step";
   // The agent's run directory (the worker sockets) goes under xdg/, where the test can see it.
   const std::string run = "XDG_RUNTIME_DIR=" + (dir / "xdg").string() + " " + kCohort +
                           " run -v --nproc-per-node 2 --threads-per-proc 1 --max-restarts 3 --warm-spares -- " + kExample;
