@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include "monitor/hub.h"
+#include "hub/hub.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   cohort::hub::Hub hub(cohort::hub::HubOptions{});

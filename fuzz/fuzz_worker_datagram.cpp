@@ -6,7 +6,7 @@
 #include <string>
 
 #include "launcher/workers/worker_link.h"
-#include "monitor/hub.h"
+#include "hub/hub.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string problem;

@@ -16,7 +16,7 @@
 
 #include "cohort/error.h"
 #include "dashboard/server.h"
-#include "monitor/hub.h"
+#include "hub/hub.h"
 
 namespace cohort::tools {
 namespace {

@@ -27,7 +27,7 @@
 #include "cohort/error.h"
 #include "dashboard/assets.h"
 #include "dashboard/connection_threads.h"
-#include "monitor/hub.h"
+#include "hub/hub.h"
 #include "runtime/net_util.h"
 #include "sim/calibrate.h"
 #include "sim/page_assets.h"

@@ -1,6 +1,6 @@
 // dashboard/server.h — the HTTP server of the live dashboard and of /metrics.
 //
-// One cpp-httplib server on its own threads, reading a Hub (monitor/hub.h); it never changes the
+// One cpp-httplib server on its own threads, reading a Hub (hub/hub.h); it never changes the
 // job (GET and HEAD only). Binds 127.0.0.1 by default; any other address needs a token, which
 // every request must then carry (Authorization: Bearer, or ?token= for the page's own requests).
 // Routes and formats: docs/monitoring.md. The simulator's page (docs/sim.md) is served by the same

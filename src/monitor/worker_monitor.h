@@ -16,7 +16,7 @@
 // thread per monitor (a rank per process); concurrent marks (ranks as threads sharing one
 // monitor) stay well-defined but mix the ranks' times.
 //
-// Not here: anything on the agent's side (src/monitor/hub*), loss-spike or straggler detection
+// Not here: anything on the agent's side (src/hub/), loss-spike or straggler detection
 // (the hub does those: they need all ranks).
 #pragma once
 

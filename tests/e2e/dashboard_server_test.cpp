@@ -18,7 +18,7 @@
 
 #include "cohort/error.h"
 #include "dashboard/server.h"
-#include "monitor/hub.h"
+#include "hub/hub.h"
 
 namespace {
 

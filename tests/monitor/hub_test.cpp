@@ -1,4 +1,4 @@
-// The hub (src/monitor/hub.h) on synthetic message sequences: the detectors (straggler with its
+// The hub (src/hub/hub.h) on synthetic message sequences: the detectors (straggler with its
 // phase, loss spike, NaN, stall), the Prometheus text parsed back line by line, the snapshot,
 // subscriptions that fall behind, replay of a written log, and a log that cannot be written.
 // No processes, no torch: the messages are what workers and the launcher would send.
@@ -17,9 +17,9 @@
 #include <thread>
 
 #include "cohort/error.h"
-#include "monitor/detector_rules.h"
-#include "monitor/hub.h"
-#include "monitor/prometheus_text.h"
+#include "hub/detector_rules.h"
+#include "hub/hub.h"
+#include "hub/outputs/prometheus_text.h"
 
 using nlohmann::json;
 using namespace cohort::hub;

@@ -13,7 +13,7 @@
 #include <iostream>
 
 #include "cohort/error.h"
-#include "monitor/hub.h"
+#include "hub/hub.h"
 #ifdef COHORT_HAVE_DASHBOARD
 #include "dashboard/server.h"
 #endif

@@ -1,7 +1,7 @@
 // launcher/watch/job_monitor.h — the agent's part in monitoring: what it tells the hub, and where the hub is.
 //
 // The leading agent (node 0: the only one, the static job's node 0, the elastic rendezvous host)
-// owns the job's Hub (monitor/hub.h): it logs to <run_dir>/events.jsonl and serves the dashboard
+// owns the job's Hub (hub/hub.h): it logs to <run_dir>/events.jsonl and serves the dashboard
 // and /metrics (dashboard/server.h) unless --no-dashboard. Its own workers' "metrics" and "event"
 // messages (from the worker link), those other nodes forward, and the launcher's events (start,
 // rendezvous, round_started, failure, restart, finished) all go into it; tick() drives the stall

@@ -12,7 +12,7 @@
 // unless flight records were written into it. The agent holds a flock on agent.lock in it while it
 // lives, so that the next agent removes what one killed by SIGKILL left behind.
 // Deliberately not here: what a heartbeat means (hang_detector.h), the dump protocol
-// (flight_dumps.h), what metrics and events mean (monitor/hub.h: the message keeps its JSON).
+// (flight_dumps.h), what metrics and events mean (hub/hub.h: the message keeps its JSON).
 #pragma once
 
 #include <sys/types.h>

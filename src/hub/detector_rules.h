@@ -1,6 +1,6 @@
-// monitor/detector_rules.h — the hub's detection rules as pure functions over numbers: medians, the
+// hub/detector_rules.h — the hub's detection rules as pure functions over numbers: medians, the
 // straggler rule (which rank, which phase), the loss-spike rule. No state, no clocks, no JSON: the
-// hub (hub_detect.cpp) keeps the windows and decides when to call these; tests call them directly.
+// hub (hub/detect.cpp) keeps the windows and decides when to call these; tests call them directly.
 // The rules and their defaults are documented in docs/monitoring.md ("Agent side").
 #pragma once
 

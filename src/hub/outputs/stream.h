@@ -1,4 +1,4 @@
-// monitor/hub_stream.h — private to the hub: one dashboard connection's queue of live messages
+// hub/outputs/stream.h — private to the hub: one dashboard connection's queue of live messages
 // (the Subscription that Hub::subscribe hands out), and the list of them the hub publishes to.
 // A queue that falls kQueueLimit messages behind is emptied and told to "resync", so a slow
 // reader never makes the hub (and the agent feeding it) wait. Not here: what the messages say
@@ -12,7 +12,7 @@
 #include <mutex>
 #include <vector>
 
-#include "hub.h"
+#include "hub/hub.h"
 
 namespace cohort::hub::detail {
 

@@ -1,10 +1,10 @@
 // The hub's snapshot (Hub::snapshot, GET /api/state): everything the page needs to draw from
 // scratch, and the job/rank JSON pieces that the "state" stream message shares with it. Read-only:
-// nothing here changes the state; /metrics is hub_prometheus.cpp.
+// nothing here changes the state; /metrics is hub/outputs/prometheus.cpp.
 #include <algorithm>
 #include <cmath>
 
-#include "hub_state.h"
+#include "hub/state.h"
 
 namespace cohort::hub {
 

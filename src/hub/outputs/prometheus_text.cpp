@@ -1,5 +1,5 @@
 // The Prometheus text format. See prometheus_text.h.
-#include "prometheus_text.h"
+#include "hub/outputs/prometheus_text.h"
 
 #include <charconv>
 #include <cmath>

@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "cohort/error.h"
-#include "hub_state.h"
+#include "hub/state.h"
 
 namespace cohort::hub {
 

@@ -1,10 +1,10 @@
 // The hub's Prometheus exposition (Hub::prometheus_text, GET /metrics): which families and series
 // the job's state becomes, names and help texts as docs/monitoring.md lists them. Read-only; the
-// text format's syntax (escaping, number spelling) is prometheus_text.*, the state is hub_state.h.
+// text format's syntax (escaping, number spelling) is prometheus_text.*, the state is hub/state.h.
 #include <optional>
 
-#include "hub_state.h"
-#include "prometheus_text.h"
+#include "hub/state.h"
+#include "hub/outputs/prometheus_text.h"
 
 namespace cohort::hub {
 

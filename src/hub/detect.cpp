@@ -1,18 +1,18 @@
-// The hub's detectors, run on the state the inputs built (hub_state.h): a job step drawn once every
+// The hub's detectors, run on the state the inputs built (hub/state.h): a job step drawn once every
 // rank reported it (the history point), the loss spike, the straggler, NaN/Inf no worker reported,
 // the stall. The rules themselves (medians, thresholds) are pure functions in detector_rules.*;
 // this file keeps their windows and turns verdicts into rank states and anomaly events. Not here:
-// reading the inputs (hub.cpp) or writing outputs (hub_snapshot.cpp, hub_prometheus.cpp).
+// reading the inputs (hub.cpp) or writing outputs (hub/outputs/snapshot.cpp, hub/outputs/prometheus.cpp).
 //
-// During replay (hub_replay.cpp) the detectors still update the rank states (a straggler that
+// During replay (hub/replay.cpp) the detectors still update the rank states (a straggler that
 // recovered has no event of its own) but raise no events: the logged anomaly events do that.
 #include <algorithm>
 #include <cmath>
 #include <set>
 #include <vector>
 
-#include "detector_rules.h"
-#include "hub_state.h"
+#include "hub/detector_rules.h"
+#include "hub/state.h"
 
 namespace cohort::hub {
 

@@ -1,10 +1,10 @@
-// monitor/hub_state.h — private to the hub: Hub::State, what the hub knows about the job and each
+// hub/state.h — private to the hub: Hub::State, what the hub knows about the job and each
 // rank, and which of the hub's files does what with it:
 //   hub.cpp           the inputs: worker messages, launcher events, rounds, ticks; applying them
-//   hub_detect.cpp    the detectors run on that state (job steps, loss spike, straggler, NaN, stall)
-//   hub_snapshot.cpp  snapshot() and the JSON pieces the "state" stream message shares with it
-//   hub_prometheus.cpp  prometheus_text()
-//   hub_replay.cpp    feeding a written log back in (`cohort dashboard RUN_DIR`)
+//   hub/detect.cpp    the detectors run on that state (job steps, loss spike, straggler, NaN, stall)
+//   hub/outputs/snapshot.cpp  snapshot() and the JSON pieces the "state" stream message shares with it
+//   hub/outputs/prometheus.cpp  prometheus_text()
+//   hub/replay.cpp    feeding a written log back in (`cohort dashboard RUN_DIR`)
 //   hub_stream.*      the subscribers' queues
 // One mutex (State::mu) guards all of it; every State method expects it held. Nothing public here:
 // hub.h is the hub's interface, and this header is included by the hub's own .cpp files only.
@@ -21,10 +21,10 @@
 #include <optional>
 #include <string>
 
-#include "event_log_writer.h"
-#include "hub.h"
-#include "hub_stream.h"
-#include "hub_values.h"
+#include "hub/outputs/event_log_writer.h"
+#include "hub/hub.h"
+#include "hub/outputs/stream.h"
+#include "hub/values.h"
 
 namespace cohort::hub {
 namespace detail {
@@ -108,7 +108,7 @@ struct Hub::State {
   bool progressed_this_round = false;
   double progress_at = 0;
 
-  // Recoveries (hub_recovery.cpp): the newest step the job reached, and, from a failure to the
+  // Recoveries (hub/recovery.cpp): the newest step the job reached, and, from a failure to the
   // first step after the restart, what the "recovered" event will say.
   int64_t newest_step = -1;
   struct Recovery {
@@ -144,7 +144,7 @@ struct Hub::State {
   void start_round(int new_round, int ws, int restart_count);
   void apply_metrics(const json& record, double now);
 
-  // ---- hub_detect.cpp ----
+  // ---- hub/detect.cpp ----
   /// Draws the pending job steps up to `last` (history, loss spike, straggler).
   void finalize_through(int64_t last);
   void finalize(int64_t step, const PendingStep& ps);
@@ -154,19 +154,19 @@ struct Hub::State {
   /// One stall event when no step advanced for --stall-timeout.
   void check_stall(double now);
 
-  // ---- hub_snapshot.cpp ----
+  // ---- hub/outputs/snapshot.cpp ----
   json job_json() const;
   json rank_json(const RankState& s) const;
   json ranks_json() const;
 
-  // ---- hub_recovery.cpp ----
+  // ---- hub/recovery.cpp ----
   /// Follows a failure, the next round and its restore (any event line).
   void recovery_event(const json& line);
   /// A step of the new round ends the recovery: one "recovered" event (none when replaying: the
   /// log has it) with the cause, where the state came from, the steps lost and the time it took.
   void recovery_progress(int64_t step, double t);
 
-  // ---- hub_replay.cpp ----
+  // ---- hub/replay.cpp ----
   /// Lines of a log, applied as they were when they were written; returns the lines read.
   size_t replay(std::istream& in);
 };

@@ -1,4 +1,4 @@
-// monitor/hub.h — the agent's view of a running job: every worker's metrics and events, the
+// hub/hub.h — the agent's view of a running job: every worker's metrics and events, the
 // launcher's events, the detectors, and what the outside sees (the JSONL log, /metrics, the page).
 //
 // The leading agent owns one Hub. Its main loop feeds it (worker messages from the worker link or

@@ -1,5 +1,5 @@
-// JSON value helpers of the hub. See hub_values.h. Nothing here knows a message's layout.
-#include "hub_values.h"
+// JSON value helpers of the hub. See hub/values.h. Nothing here knows a message's layout.
+#include "hub/values.h"
 
 #include <chrono>
 #include <cmath>

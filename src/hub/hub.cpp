@@ -1,18 +1,18 @@
 // The hub's inputs: worker messages, launcher events, new rounds and ticks, and what each does to
-// the job's and the ranks' state (hub_state.h). See hub.h; the formats are in docs/monitoring.md.
-// Not here: the detectors (hub_detect.cpp), the outputs (hub_snapshot.cpp, hub_prometheus.cpp),
-// replay of a log (hub_replay.cpp), the subscribers' queues (hub_stream.cpp).
+// the job's and the ranks' state (hub/state.h). See hub.h; the formats are in docs/monitoring.md.
+// Not here: the detectors (hub/detect.cpp), the outputs (hub/outputs/snapshot.cpp, hub/outputs/prometheus.cpp),
+// replay of a log (hub/replay.cpp), the subscribers' queues (hub/outputs/stream.cpp).
 //
 // One mutex guards everything; inputs do a little bookkeeping, one JSON dump shared by the log and
 // the live streams, and (once per job step, when every rank reported it) the detectors. Readers
 // (snapshot, /metrics) build their answer under the same mutex; subscribers have queues of their
 // own, so a slow dashboard connection never holds the agent.
-#include "hub.h"
+#include "hub/hub.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "hub_state.h"
+#include "hub/state.h"
 
 namespace cohort::hub {
 

@@ -1,5 +1,5 @@
 // The JSONL event log. See event_log_writer.h.
-#include "event_log_writer.h"
+#include "hub/outputs/event_log_writer.h"
 
 #include <cerrno>
 #include <cstring>

@@ -1,4 +1,4 @@
-// monitor/hub_values.h — private to the hub (hub*.cpp): reading numbers, integers and strings out
+// hub/values.h — private to the hub (hub*.cpp): reading numbers, integers and strings out
 // of untrusted JSON messages (non-finite numbers travel as "nan"/"inf"/"-inf" strings), writing
 // them back the same way, and the small formatting and container helpers the hub's files share.
 // No hub state here, and nothing about what the values mean: that is hub.cpp's business.

@@ -1,5 +1,5 @@
-// Subscriber queues of the hub. See hub_stream.h. Nothing here reads or builds the messages.
-#include "hub_stream.h"
+// Subscriber queues of the hub. See hub/outputs/stream.h. Nothing here reads or builds the messages.
+#include "hub/outputs/stream.h"
 
 namespace cohort::hub::detail {
 

@@ -1,4 +1,4 @@
-// monitor/event_log_writer.h — the run's JSONL event log (<run_dir>/events.jsonl): one line per
+// hub/outputs/event_log_writer.h — the run's JSONL event log (<run_dir>/events.jsonl): one line per
 // metrics record and per event, appended and flushed line by line, so that a reader (a test,
 // `cohort dashboard RUN_DIR`, tail -f) sees every line as soon as it happened.
 //

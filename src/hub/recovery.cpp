@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "hub_state.h"
+#include "hub/state.h"
 
 namespace cohort::hub {
 

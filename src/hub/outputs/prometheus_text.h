@@ -1,7 +1,7 @@
-// monitor/prometheus_text.h — writing the Prometheus text exposition format 0.0.4: a family's
+// hub/outputs/prometheus_text.h — writing the Prometheus text exposition format 0.0.4: a family's
 // `# HELP` and `# TYPE` lines, then its samples, label values escaped (\\, \", \n), values as
 // Go's strconv writes them (NaN, +Inf, -Inf for the non-finite ones). The hub decides what to
-// expose (hub_prometheus.cpp, Hub::prometheus_text); this file only gets the syntax right.
+// expose (hub/outputs/prometheus.cpp, Hub::prometheus_text); this file only gets the syntax right.
 #pragma once
 
 #include <string>

@@ -1,5 +1,5 @@
 // The hub's detection rules. See detector_rules.h.
-#include "detector_rules.h"
+#include "hub/detector_rules.h"
 
 #include <algorithm>
 #include <cmath>
