@@ -5,7 +5,7 @@
 //   hub/outputs/snapshot.cpp  snapshot() and the JSON pieces the "state" stream message shares with it
 //   hub/outputs/prometheus.cpp  prometheus_text()
 //   hub/replay.cpp    feeding a written log back in (`cohort dashboard RUN_DIR`)
-//   hub_stream.*      the subscribers' queues
+//   hub/outputs/stream.*  the subscribers' queues
 // One mutex (State::mu) guards all of it; every State method expects it held. Nothing public here:
 // hub.h is the hub's interface, and this header is included by the hub's own .cpp files only.
 #pragma once

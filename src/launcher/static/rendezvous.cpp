@@ -8,7 +8,6 @@
 #include <chrono>
 #include <cstring>
 #include <map>
-#include <sstream>
 
 #include "launcher/io/channel.h"
 #include "cohort/error.h"
@@ -19,9 +18,12 @@
 #include "launcher/static/protocol.h"
 #include "launcher/io/signal_pipe.h"
 #include "launcher/io/socket_util.h"
+#include "runtime/duration_text.h"
 
 namespace cohort::launcher {
 namespace {
+
+using cohort::detail::seconds_text;
 
 // Round 0 of a static job: the nodes, the store and the ranks are the options'.
 Assignment first_assignment(const RunOptions& o, int world_size, int rank_base) {
@@ -33,12 +35,6 @@ Assignment first_assignment(const RunOptions& o, int world_size, int rank_base) 
   a.master_addr = o.master_addr;
   a.master_port = o.master_port;
   return a;
-}
-
-std::string seconds_text(double s) {
-  std::ostringstream os;
-  os << s << " s";
-  return os.str();
 }
 
 RendezvousResult host(const RunOptions& o, SignalPipe& signals) {
