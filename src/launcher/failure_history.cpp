@@ -13,12 +13,12 @@ std::string plural(int n, const char* word) { return std::to_string(n) + " " + w
 }  // namespace
 
 std::string describe_failure(const RoundFailure& f) {
-  return "rank " + std::to_string(f.rank) + " (node " + std::to_string(f.node_rank) + ", local rank " +
-         std::to_string(f.local_rank) + ", pid " + std::to_string(f.pid) + ") " + f.how;
+  return "rank " + std::to_string(f.who.rank) + " (node " + std::to_string(f.who.node_rank) + ", local rank " +
+         std::to_string(f.who.local_rank) + ", pid " + std::to_string(f.who.pid) + ") " + f.how;
 }
 
 std::string restart_notice(const RoundFailure& f, int next_round, int max_restarts) {
-  return "cohort run: round " + std::to_string(f.round) + " failed: " + describe_failure(f) +
+  return "cohort run: round " + std::to_string(f.round()) + " failed: " + describe_failure(f) +
          "; restarting the job (restart " + std::to_string(next_round) + " of " + std::to_string(max_restarts) +
          ")\n";
 }
@@ -32,7 +32,7 @@ std::string failure_history(const std::vector<RoundFailure>& history, int restar
   std::string out = "cohort run: failure history (" + plural(restarts, "restart") + ", --max-restarts " +
                     std::to_string(max_restarts) + "):\n";
   for (const auto& f : history) {
-    out += "  round " + std::to_string(f.round) + " at " + format_wall_time(f.time_ms) + ": " + describe_failure(f) +
+    out += "  round " + std::to_string(f.round()) + " at " + format_wall_time(f.time_ms) + ": " + describe_failure(f) +
            "\n";
   }
   return out;

@@ -29,12 +29,12 @@ std::string describe_exit(int s) {
 std::string describe_end(const WorkerFailure& f) { return f.hang.empty() ? describe_exit(f.wait_status) : f.hang; }
 
 std::string failure_summary(const WorkerFailure& f) {
-  std::string r = std::to_string(f.rank);
-  std::string out = "cohort run: job failed: rank " + r + " (node " + std::to_string(f.node_rank) +
-                    ", local rank " + std::to_string(f.local_rank) + ", pid " + std::to_string(f.pid) +
+  std::string r = std::to_string(f.who.rank);
+  std::string out = "cohort run: job failed: rank " + r + " (node " + std::to_string(f.who.node_rank) +
+                    ", local rank " + std::to_string(f.who.local_rank) + ", pid " + std::to_string(f.who.pid) +
                     ") " + describe_end(f) + "\n";
   if (!f.flight_records.empty()) {
-    out += "  flight records of node " + std::to_string(f.node_rank) + "'s ranks (their last collectives): " +
+    out += "  flight records of node " + std::to_string(f.who.node_rank) + "'s ranks (their last collectives): " +
            f.flight_records + "\n";
   }
   if (f.last_lines.empty()) {

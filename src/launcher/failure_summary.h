@@ -6,6 +6,8 @@
 #include <deque>
 #include <string>
 
+#include "runtime/worker_identity.h"
+
 namespace cohort::launcher {
 
 /// "exited with code 3", "was killed by signal 9 (SIGKILL: Killed)" from a waitpid() status.
@@ -14,11 +16,11 @@ std::string describe_exit(int wait_status);
 /// True when the status is a clean exit with code 0.
 bool exited_ok(int wait_status);
 
+/// A worker that ended badly, as its agent saw it (worker_group.cpp). The form it has on this node;
+/// round.h's RoundFailure is the same failure stamped with its round and time, the form that
+/// travels between agents.
 struct WorkerFailure {
-  int rank = 0;
-  int local_rank = 0;
-  int node_rank = 0;
-  pid_t pid = 0;
+  detail::WorkerIdentity who;  // rank, node, local rank, pid, round
   int wait_status = 0;
   std::deque<std::string> last_lines;
   std::string hang;            // a hang (hang_detector.h) instead of an exit: "made no progress for 3.2 s ..."

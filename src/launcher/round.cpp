@@ -7,11 +7,8 @@ namespace cohort::launcher {
 
 RoundFailure round_failure(const WorkerFailure& f, int round) {
   RoundFailure r;
-  r.round = round;
-  r.rank = f.rank;
-  r.node_rank = f.node_rank;
-  r.local_rank = f.local_rank;
-  r.pid = f.pid;
+  r.who = f.who;
+  r.who.restart_count = round;
   r.how = describe_exit(f.wait_status);
   r.time_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                   std::chrono::system_clock::now().time_since_epoch())

@@ -33,15 +33,25 @@ struct Assignment {
 
 /// The worker failure that ended a round, as the agent that saw it recorded it; travels between
 /// agents so that every node prints the same history.
+///
+/// A failure has two forms on its way to the restart decision, and only two:
+///   WorkerFailure (failure_summary.h)  what this node's agent saw: the worker, its wait status and
+///                                      last lines. It holds a deque and a raw status, local facts.
+///   RoundFailure (here)                the same worker (WorkerIdentity) stamped with the round and
+///                                      the time, its exit in words: plain values that go into a
+///                                      message to other agents (static/protocol.cpp), the failure
+///                                      history and the event log.
+/// The change happens once, in round_failure(), where the supervisor sees the worker end. Outcome,
+/// PeerEvent (coordinator.h) and RoundEnd are not further forms: they are envelopes that carry
+/// the RoundFailure unchanged, next to what only they know (how the round ended here, what the
+/// job decided).
 struct RoundFailure {
-  int round = 0;
-  int rank = 0;
-  int node_rank = 0;
-  int local_rank = 0;
-  int64_t pid = 0;
+  detail::WorkerIdentity who;  // who.restart_count: the round the failure ended
   std::string how;      // describe_exit(): "exited with code 3", "was killed by signal 9 (...)"
   int64_t time_ms = 0;  // wall clock (ms since the epoch) when the agent reaped the worker
   std::string summary;  // failure_summary(): the report with the worker's last lines
+
+  int round() const { return who.restart_count; }
 };
 
 /// Stamps a worker's failure with the round and the current time.

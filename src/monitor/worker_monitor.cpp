@@ -180,11 +180,19 @@ void StepMonitor::set_identity(int rank, int world_size, int restart_count) {
   identity_.rank = rank;
   identity_.world_size = world_size;
   identity_.restart_count = restart_count;
+  identity_set_ = true;
 }
 
 MonitorIdentity StepMonitor::identity() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return identity_;
+  return identity_locked();
+}
+
+MonitorIdentity StepMonitor::identity_locked() const {
+  if (identity_set_) return identity_;
+  MonitorIdentity who = process_identity().value_or(identity_);
+  who.pid = identity_.pid;  // this process's, also before init()
+  return who;
 }
 
 void StepMonitor::mark(Phase next) noexcept {
@@ -309,7 +317,7 @@ void StepMonitor::step(std::optional<int64_t> number, std::vector<std::pair<std:
   MonitorIdentity who;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    who = identity_;
+    who = identity_locked();
     r.rss_bytes = rss_bytes();
   }
   if (comm.gradient_busy_us > 0 && who.world_size > 1) {
@@ -394,10 +402,6 @@ Monitor& process_monitor() {
 }  // namespace
 
 StepMonitor& current_step_monitor() { return MonitorInternals::of(monitor()); }
-
-void set_process_monitor_identity(int rank, int world_size, int restart_count) {
-  MonitorInternals::of(process_monitor()).set_identity(rank, world_size, restart_count);
-}
 
 }  // namespace detail
 

@@ -29,16 +29,12 @@
 #include <vector>
 
 #include "cohort/monitor.h"
+#include "runtime/worker_identity.h"
 
 namespace cohort::detail {
 
-/// Who sends: the header of every message.
-struct MonitorIdentity {
-  int rank = 0;
-  int world_size = 1;
-  int restart_count = 0;
-  int64_t pid = 0;
-};
+/// Who sends: the header of every message (runtime/worker_identity.h).
+using MonitorIdentity = WorkerIdentity;
 
 class StepMonitor {
  public:
@@ -50,6 +46,8 @@ class StepMonitor {
   /// Whether the reducers should compute the gradient norm (and apply the NaN policy to it).
   bool wants_grad_norm() const { return enabled() && grad_norm_.load(std::memory_order_relaxed); }
 
+  /// Ranks as threads: each reducer's monitor is told its rank. Without a call the monitor
+  /// reports the identity init() recorded for the process (runtime/worker_identity.h).
   void set_identity(int rank, int world_size, int restart_count);
   MonitorIdentity identity() const;
   /// A reducer's parameters live on this CUDA device: the record then carries its memory.
@@ -120,6 +118,8 @@ class StepMonitor {
 
   mutable std::mutex mu_;  // below
   MonitorIdentity identity_;
+  bool identity_set_ = false;  // set_identity() was called; else the process's identity
+  MonitorIdentity identity_locked() const;
   std::optional<StepRecord> last_;
   int64_t rss_cached_ = 0;
   int64_t rss_read_ns_ = 0;
@@ -139,8 +139,5 @@ std::string metrics_message(const StepRecord& r, const MonitorIdentity& who);
 /// Appends `v` as JSON: the shortest text that reads back to the same double, or a string for
 /// a non-finite value.
 void append_json_number(std::string& out, double v);
-
-/// The monitor's identity for the process (init() calls it with the job's environment).
-void set_process_monitor_identity(int rank, int world_size, int restart_count);
 
 }  // namespace cohort::detail

@@ -38,8 +38,8 @@
 #include "subgroup.h"
 #include "agent_link.h"
 #include "blas_core.h"
-#include "monitor/worker_monitor.h"
 #include "flight_recorder.h"
+#include "worker_identity.h"
 
 namespace cohort {
 namespace {
@@ -368,7 +368,15 @@ std::shared_ptr<Context> init(InitOptions options) {
   // Heartbeats to `cohort run`'s agent from now on (nothing starts without COHORT_AGENT_SOCKET).
   detail::start_agent_link(env);
   wait_if_standby(env);
-  detail::set_process_monitor_identity(env.rank, env.world_size, env.restart_count);  // metrics' header
+  // Who this process is, for the layers above (the monitor's metrics header reads it).
+  detail::WorkerIdentity who;
+  who.rank = env.rank;
+  who.world_size = env.world_size;
+  who.local_rank = env.local_rank;
+  who.node_rank = env.node_rank;
+  who.restart_count = env.restart_count;
+  who.pid = ::getpid();
+  detail::record_process_identity(who);
   auto store = connect_store(env, options);
   auto ctx = std::make_shared<Context>(env, store, options);
   detail::log_info("joined: rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size));

@@ -15,9 +15,9 @@ using json = nlohmann::json;
 
 TEST(LauncherMessages, TheProtocolsOwnMessagesPass) {
   RoundFailure f;
-  f.round = 2;
-  f.rank = 3;
-  f.pid = 123456;
+  f.who.restart_count = 2;
+  f.who.rank = 3;
+  f.who.pid = 123456;
   f.how = "exited with 1";
   f.time_ms = 1700000000000;
   f.summary = "rank 3 failed";
@@ -40,7 +40,7 @@ TEST(LauncherMessages, TheProtocolsOwnMessagesPass) {
       {{"type", "monitor"}, {"node", 1}, {"m", {{"type", "metrics"}, {"step", "anything: the hub checks"}}}},
   };
   for (const auto& m : messages) EXPECT_EQ(agent_message_problem(m), "") << m.dump();
-  EXPECT_EQ(failure_from(messages[6])->pid, 123456);
+  EXPECT_EQ(failure_from(messages[6])->who.pid, 123456);
 }
 
 TEST(LauncherMessages, WrongKindsAreNamed) {

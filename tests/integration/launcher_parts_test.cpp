@@ -123,7 +123,13 @@ TEST(LauncherParts, ExitDescriptions) {
   EXPECT_FALSE(exited_ok(3 << 8));
   EXPECT_EQ(describe_exit(SIGKILL), "was killed by signal 9 (SIGKILL: Killed)");
   EXPECT_NE(describe_exit(SIGSEGV).find("SIGSEGV"), std::string::npos);
-  WorkerFailure f{3, 1, 1, 42, 2 << 8, {"a", "b"}};
+  WorkerFailure f;
+  f.who.rank = 3;
+  f.who.local_rank = 1;
+  f.who.node_rank = 1;
+  f.who.pid = 42;
+  f.wait_status = 2 << 8;
+  f.last_lines = {"a", "b"};
   std::string s = failure_summary(f);
   EXPECT_NE(s.find("rank 3 (node 1, local rank 1, pid 42) exited with code 2"), std::string::npos) << s;
   EXPECT_NE(s.find("    [3] b\n"), std::string::npos) << s;
@@ -131,7 +137,12 @@ TEST(LauncherParts, ExitDescriptions) {
 
 // Only a worker failure restarts, and only while restarts are left.
 TEST(LauncherParts, RestartRule) {
-  WorkerFailure w{1, 1, 0, 42, 3 << 8, {"bye"}};
+  WorkerFailure w;
+  w.who.rank = 1;
+  w.who.local_rank = 1;
+  w.who.pid = 42;
+  w.wait_status = 3 << 8;
+  w.last_lines = {"bye"};
   Outcome failed{Outcome::worker_failed, "summary\n", 0, round_failure(w, 1)};
   EXPECT_TRUE(decide_round_end(failed, 0, 2).restart);
   EXPECT_TRUE(decide_round_end(failed, 1, 2).restart);
@@ -148,23 +159,23 @@ TEST(LauncherParts, RestartRule) {
   }
   RoundEnd end = decide_round_end(failed, 0, 1);
   ASSERT_TRUE(end.failure.has_value());
-  EXPECT_EQ(end.failure->round, 1);
+  EXPECT_EQ(end.failure->round(), 1);
   EXPECT_EQ(end.failure->how, "exited with code 3");
   EXPECT_NE(end.failure->summary.find("[1] bye"), std::string::npos);
 }
 
 TEST(LauncherParts, FailureHistoryAndNotices) {
   RoundFailure a;
-  a.round = 0;
-  a.rank = 3;
-  a.node_rank = 1;
-  a.local_rank = 0;
-  a.pid = 77;
+  a.who.restart_count = 0;
+  a.who.rank = 3;
+  a.who.node_rank = 1;
+  a.who.local_rank = 0;
+  a.who.pid = 77;
   a.how = "was killed by signal 9 (SIGKILL: Killed)";
   a.time_ms = 1700000000123;
   RoundFailure b = a;
-  b.round = 1;
-  b.pid = 78;
+  b.who.restart_count = 1;
+  b.who.pid = 78;
   b.how = "exited with code 2";
   EXPECT_EQ(describe_failure(a), "rank 3 (node 1, local rank 0, pid 77) was killed by signal 9 (SIGKILL: Killed)");
   EXPECT_EQ(restart_notice(a, 1, 4), "cohort run: round 0 failed: rank 3 (node 1, local rank 0, pid 77) was killed by "

@@ -170,11 +170,11 @@ void JobMonitor::round_failed(const Outcome& outcome) {
   if (outcome.failure) {
     const RoundFailure& f = *outcome.failure;
     hub_->job_event("failure", first_line(f.summary),
-                    {{"rank", f.rank},
-                     {"node", f.node_rank},
-                     {"local_rank", f.local_rank},
-                     {"pid", f.pid},
-                     {"round", f.round},
+                    {{"rank", f.who.rank},
+                     {"node", f.who.node_rank},
+                     {"local_rank", f.who.local_rank},
+                     {"pid", f.who.pid},
+                     {"round", f.round()},
                      {"reason", f.how},
                      {"summary", f.summary}});
   } else if (outcome.kind == Outcome::peer_lost || (outcome.kind == Outcome::peer_stopped && !outcome.summary.empty())) {

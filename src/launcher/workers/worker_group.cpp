@@ -164,10 +164,12 @@ bool WorkerGroup::all_succeeded() const {
 
 WorkerFailure WorkerGroup::failure_of(const Worker& w) const {
   WorkerFailure f;
-  f.rank = w.place.job.rank;
-  f.local_rank = w.place.job.local_rank;
-  f.node_rank = w.place.job.node_rank;
-  f.pid = w.pid;
+  f.who.rank = w.place.job.rank;
+  f.who.world_size = w.place.job.world_size;
+  f.who.local_rank = w.place.job.local_rank;
+  f.who.node_rank = w.place.job.node_rank;
+  f.who.restart_count = w.place.job.restart_count;
+  f.who.pid = w.pid;
   f.wait_status = w.wait_status;
   f.last_lines = w.relay->tail();
   return f;
