@@ -18,7 +18,7 @@
 #
 # OpenBLAS's kernels: both sides run the ones OPENBLAS_CORETYPE names, unset by default (OpenBLAS's own
 # choice; Debian 12's OpenBLAS does not know this machine's CPU and runs generic SSE3 kernels). The
-# kernels `cohort run` gives its workers here (runtime/blas_core.h), for both sides alike:
+# kernels `cohort run` gives its workers here (runtime/host/blas_core.h), for both sides alike:
 #   OPENBLAS_CORETYPE=Cooperlake bench/ddp_throughput.sh 4
 # The summary names the kernels both sides ran. Row "2, cohort under `cohort run`" starts cohort's
 # ranks with the launcher, which gives them OpenBLAS's kernels for this CPU when OpenBLAS would run

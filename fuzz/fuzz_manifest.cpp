@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "checkpoint/manifest.h"
+#include "checkpoint/format/manifest.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "checkpoint/safetensors.h"
+#include "checkpoint/format/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string bytes(reinterpret_cast<const char*>(data), size);

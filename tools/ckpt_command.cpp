@@ -8,8 +8,8 @@
 #include <iostream>
 #include <sstream>
 
-#include "checkpoint/checkpoint_dir.h"
-#include "checkpoint/safetensors.h"
+#include "checkpoint/storage/checkpoint_dir.h"
+#include "checkpoint/format/safetensors.h"
 
 namespace cohort::tools {
 namespace {

@@ -17,7 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sim/calibrate.h"
-#include "sim/engine.h"
+#include "sim/engine/engine.h"
 #include "sim/optimum.h"
 #include "sim/published.h"
 #include "sim/presets.h"

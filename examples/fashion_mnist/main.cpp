@@ -383,7 +383,7 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber)
       ->needs(ckpt_dir);
   app.add_flag("--report-first-step", f.report_first_step,
-               "Print the wall-clock time of the first completed step (rank 0; for bench/recovery.sh)");
+               "Print the wall-clock time of the first completed step (rank 0; for bench/launcher/recovery.sh)");
   app.add_option("--log-samples", f.log_samples,
                  "Append each step's sample indices to PREFIX.rank<R> (JSON lines; see sample_log.h)");
   app.add_option("--train-limit", f.train_limit, "Train on the first N samples of the training set (0: all)")

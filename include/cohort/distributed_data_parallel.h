@@ -81,7 +81,7 @@ struct DDPStats {
 };
 
 namespace detail {
-class DataParallelCore;  // the implementation (src/parallel/data_parallel_core.h)
+class DataParallelCore;  // the implementation (src/parallel/ddp/data_parallel_core.h)
 }
 
 /// What DistributedDataParallel does independently of the wrapped module's type: the model check,

@@ -110,7 +110,7 @@ struct ShardedStats {
 };
 
 namespace detail {
-class ShardedCore;  // the implementation (src/parallel/sharded_core.h)
+class ShardedCore;  // the implementation (src/parallel/sharded/sharded_core.h)
 }
 
 /// What ShardedDataParallel does independently of the wrapped module's type: units, shards,

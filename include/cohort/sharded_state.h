@@ -7,7 +7,7 @@
 //   {"world_size": 4, "units": [{"numel": 1010, "shard": 253,
 //                                "params": [{"name": "fc1.weight", "offset": 0, "numel": 1000}, ...]}]}
 // so a restore on another world size, or with other units, cuts its own slices out of the saved
-// ones by parameter name (src/checkpoint/reshard.h).
+// ones by parameter name (src/checkpoint/sharded/reshard.h).
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -14,8 +14,8 @@
 #include <thread>
 #include <vector>
 
-#include "checkpoint/manifest.h"
-#include "checkpoint/training_state.h"
+#include "checkpoint/format/manifest.h"
+#include "checkpoint/format/training_state.h"
 #include "cohort/checkpointer.h"
 #include "cohort/context.h"
 #include "monitor/worker_monitor.h"

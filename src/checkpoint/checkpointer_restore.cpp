@@ -7,12 +7,12 @@
 #include <set>
 
 #include "checkpoint/agreement.h"
-#include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/storage/checkpoint_dir.h"
 #include "checkpoint/checkpointer_impl.h"
-#include "checkpoint/rank_state_file.h"
-#include "checkpoint/shard_files.h"
-#include "checkpoint/snapshot_sharing.h"
-#include "checkpoint/snapshots.h"
+#include "checkpoint/format/rank_state_file.h"
+#include "checkpoint/sharded/shard_files.h"
+#include "checkpoint/snapshots/snapshot_sharing.h"
+#include "checkpoint/snapshots/snapshots.h"
 #include "cohort/distributed_sampler.h"
 #include "cohort/error.h"
 #include "cohort/sharded_state.h"

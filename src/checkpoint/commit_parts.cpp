@@ -1,7 +1,7 @@
 // Signing and checking the ranks' checkpoint commit parts. See commit_parts.h.
 #include "commit_parts.h"
 
-#include "runtime/message_auth.h"
+#include "runtime/net/message_auth.h"
 
 namespace cohort::ckpt {
 namespace {

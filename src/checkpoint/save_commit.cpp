@@ -6,9 +6,9 @@
 #include <chrono>
 #include <thread>
 
-#include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/storage/checkpoint_dir.h"
 #include "checkpoint/commit_parts.h"
-#include "checkpoint/file_io.h"
+#include "checkpoint/storage/file_io.h"
 #include "cohort/error.h"
 #include "checkpoint/checkpointer_impl.h"
 #include "runtime/log.h"

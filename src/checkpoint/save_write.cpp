@@ -7,11 +7,11 @@
 #include <cstring>
 #include <filesystem>
 
-#include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/storage/checkpoint_dir.h"
 #include "checkpoint/checkpointer_impl.h"
-#include "checkpoint/file_io.h"
-#include "checkpoint/rank_state_file.h"
-#include "checkpoint/tensor_file.h"
+#include "checkpoint/storage/file_io.h"
+#include "checkpoint/format/rank_state_file.h"
+#include "checkpoint/format/tensor_file.h"
 #include "cohort/error.h"
 
 namespace cohort {

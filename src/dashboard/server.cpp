@@ -28,7 +28,7 @@
 #include "dashboard/assets.h"
 #include "dashboard/connection_threads.h"
 #include "hub/hub.h"
-#include "runtime/net_util.h"
+#include "runtime/net/net_util.h"
 #include "sim/calibrate.h"
 #include "sim/page_assets.h"
 #include "sim/report.h"

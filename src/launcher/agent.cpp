@@ -21,7 +21,7 @@
 #include "cohort/error.h"
 #include "launcher/failure_history.h"
 #include "launcher/watch/flight_dumps.h"
-#include "runtime/blas_core.h"
+#include "runtime/host/blas_core.h"
 #include "launcher/watch/job_monitor.h"
 #include "launcher/io/job_token.h"
 #include "launcher/static/rendezvous.h"

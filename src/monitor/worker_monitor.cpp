@@ -13,8 +13,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cohort/error.h"
-#include "runtime/agent_link.h"
-#include "runtime/flight_recorder.h"
+#include "runtime/agent_link/agent_link.h"
+#include "runtime/agent_link/flight_recorder.h"
 #include "runtime/log.h"
 
 #if defined(USE_C10D_NCCL) && __has_include(<c10/cuda/CUDACachingAllocator.h>)

@@ -10,12 +10,12 @@
 #include <map>
 #include <sstream>
 
-#include "checkpoint/training_state.h"
+#include "checkpoint/format/training_state.h"
 #include "cohort/context.h"
 #include "cohort/error.h"
-#include "hook_comm.h"
+#include "parallel/comm_hooks/hook_comm.h"
 #include "monitor/worker_monitor.h"
-#include "replica_sync.h"
+#include "parallel/ddp/replica_sync.h"
 #include "runtime/check.h"
 #include "runtime/context_internals.h"
 

@@ -1,9 +1,9 @@
 // The module wrappers' non-template bases (DataParallelBase, ShardedBase, LocalSGDBase): each call
 // goes to its core (data_parallel_core.h, sharded_core.h, local_sgd_core.h), which the public
 // headers only name.
-#include "data_parallel_core.h"
+#include "parallel/ddp/data_parallel_core.h"
 #include "local_sgd_core.h"
-#include "sharded_core.h"
+#include "parallel/sharded/sharded_core.h"
 
 namespace cohort {
 

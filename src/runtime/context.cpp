@@ -32,13 +32,13 @@
 #include "cohort/threads.h"
 #include "log.h"
 #include "duration_text.h"
-#include "net_util.h"
+#include "runtime/net/net_util.h"
 #include "torch_compat_internal.h"
-#include "shm_allreduce.h"
+#include "runtime/host/shm_allreduce.h"
 #include "subgroup.h"
-#include "agent_link.h"
-#include "blas_core.h"
-#include "flight_recorder.h"
+#include "runtime/agent_link/agent_link.h"
+#include "runtime/host/blas_core.h"
+#include "runtime/agent_link/flight_recorder.h"
 #include "worker_identity.h"
 
 namespace cohort {

@@ -16,7 +16,7 @@ namespace cohort {
 
 // Reduce-scatter and allgather on one flat tensor (sharded data parallel): NCCL has them as
 // _reduce_scatter_base / _allgather_base on 1.13 and 2.x; 1.13's Gloo has neither (it throws), so
-// cohort builds them from send/recv, allgather and allreduce there (src/parallel/shard_collectives.h).
+// cohort builds them from send/recv, allgather and allreduce there (src/parallel/sharded/shard_collectives.h).
 inline bool has_native_flat_collectives(Backend& group) { return group.getBackendName() != "gloo"; }
 inline WorkHandle native_reduce_scatter(Backend& group, at::Tensor& output, at::Tensor& input) {
   return group._reduce_scatter_base(output, input, c10d::ReduceScatterOptions());

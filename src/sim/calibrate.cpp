@@ -8,7 +8,7 @@
 #include <set>
 #include <stdexcept>
 
-#include "engine.h"
+#include "engine/engine.h"
 #include "report.h"
 
 namespace cohort::sim {

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "engine.h"
+#include "engine/engine.h"
 
 namespace cohort::sim {
 

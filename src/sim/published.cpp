@@ -15,7 +15,7 @@
 // - inside a server PCIe, 10 GB/s; latencies 5 us inside, 10 us between servers.
 #include "published.h"
 
-#include "engine.h"
+#include "engine/engine.h"
 #include "report.h"
 
 namespace cohort::sim {

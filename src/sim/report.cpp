@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "memory.h"
+#include "engine/memory.h"
 
 namespace cohort::sim {
 

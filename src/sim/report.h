@@ -3,7 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine.h"
+#include "engine/engine.h"
 
 namespace cohort::sim {
 

@@ -180,7 +180,7 @@ async function servedOnLoopbackWithItsParameters() {
     const page = await t.openPage(browser, url);
     assert.strictEqual(await page.evaluate(() => window.cohortSim.params.nodes), 125);
     await t.waitFor('1,000 workers running', async () => (await page.textContent('#world')) === '1000', 10000);
-    // Frames drawn while it runs (reported, not asserted: speed is for bench/sim_speed.sh).
+    // Frames drawn while it runs (reported, not asserted: speed is for bench/sim/sim_speed.sh).
     await page.waitForTimeout(3000);
     const stats = await page.evaluate(() => window.cohortSim.stats);
     console.log('  1,000 workers served on loopback: ' + stats.fps.toFixed(0) + ' frames/s, last slice ' + stats.advanceMs.toFixed(1) + ' ms');

@@ -15,8 +15,8 @@
 #include <regex>
 #include <thread>
 
-#include "checkpoint/checkpoint_dir.h"
-#include "checkpoint/safetensors.h"
+#include "checkpoint/storage/checkpoint_dir.h"
+#include "checkpoint/format/safetensors.h"
 #include "support/subprocess.h"
 
 namespace fs = std::filesystem;

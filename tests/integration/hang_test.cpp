@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
-#include "launcher_test_util.h"
+#include "integration/launcher/launcher_test_util.h"
 
 using namespace launcher_test;
 using nlohmann::json;

@@ -33,7 +33,7 @@ TEST(Init, WithoutVariablesIsAWorldOfOne) {
 }
 
 // OpenBLAS that does not know the CPU runs generic kernels; init() says how to start instead
-// (runtime/blas_core.h), and the advice works. On a CPU OpenBLAS knows, init() only names its kernels.
+// (runtime/host/blas_core.h), and the advice works. On a CPU OpenBLAS knows, init() only names its kernels.
 TEST(Init, SaysHowToStartWithOpenBlasKernelsForThisCpu) {
   const std::string info = "env -i COHORT_LOG_LEVEL=info ";
   auto r = run_shell(info + kProbe);

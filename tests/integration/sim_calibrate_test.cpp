@@ -1,7 +1,7 @@
 // `cohort sim calibrate` and `predict` on real runs (issue 17): the Fashion-MNIST CNN trained by
 // `cohort run` on 1, 2, 3 and 4 local ranks, and a job whose rank is killed three times; what the
 // calibration reads off their logs and how predict reports. And the logs it must refuse, one clear
-// line each. The accuracy of the predictions is measured by bench/sim_predict.sh (docs/BENCHMARKS.md):
+// line each. The accuracy of the predictions is measured by bench/sim/sim_predict.sh (docs/BENCHMARKS.md):
 // it is timing, and a loaded machine moves it. No torch in this file.
 #include <gtest/gtest.h>
 
@@ -109,7 +109,7 @@ std::vector<double> summarized_steps(const std::string& runs) {
 // A calibration fitted on the 1- and 2-rank runs predicts all four: each measured time is the
 // log's, the error is predicted / measured - 1, the oversubscribed runs are predicted slower (the
 // model's CPU contention), and the exit status says whether every run was within the tolerance.
-// How close the predictions come is timing, a benchmark's business: bench/sim_predict.sh.
+// How close the predictions come is timing, a benchmark's business: bench/sim/sim_predict.sh.
 TEST_F(SimCalibrate, FittedOnOneAndTwoRanksItPredictsEveryRun) {
   const std::string cal = *dir_ + "/calibration.json";
   const auto c = run_shell(kCli + " sim calibrate " + run(1) + " " + run(2) + " -o " + cal);
@@ -151,7 +151,7 @@ TEST_F(SimCalibrate, FittedOnOneAndTwoRanksItPredictsEveryRun) {
 // The recovery time (a failure to the next round's first step: detection, restart, restore and
 // the first step) is read off a killed run's log, one per failure, their median the calibration's
 // restart time; predict adds the restore of the job's checkpoint. (How well one run's predicts
-// another's: bench/sim_predict.sh.)
+// another's: bench/sim/sim_predict.sh.)
 TEST(SimCalibrateRecovery, AKilledRunsRecoveriesAreReadAndPredicted) {
   const std::string d = fresh_dir("recovery");
   const std::string a = killed_run(d + "/a");

@@ -12,7 +12,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
-#include "integration/launcher_test_util.h"
+#include "integration/launcher/launcher_test_util.h"
 
 using namespace launcher_test;
 using nlohmann::json;

@@ -1,8 +1,8 @@
 // Which OpenBLAS kernels a CPU runs, and when cohort chooses them instead of OpenBLAS
-// (runtime/blas_core.h). The process-level behaviour is in init_test and launcher_env_test.
+// (runtime/host/blas_core.h). The process-level behaviour is in init_test and launcher_env_test.
 #include <gtest/gtest.h>
 
-#include "runtime/blas_core.h"
+#include "runtime/host/blas_core.h"
 
 namespace {
 

@@ -20,8 +20,8 @@
 
 #include "launcher/watch/hang_detector.h"
 #include "launcher/workers/worker_link.h"
-#include "runtime/agent_link.h"
-#include "runtime/flight_recorder.h"
+#include "runtime/agent_link/agent_link.h"
+#include "runtime/agent_link/flight_recorder.h"
 
 namespace {
 

@@ -6,7 +6,7 @@
 #include <mutex>
 
 #include "cohort/error.h"
-#include "runtime/shm_allreduce.h"
+#include "runtime/host/shm_allreduce.h"
 #include "support/thread_ranks.h"
 #include "runtime/context_internals.h"
 

@@ -13,7 +13,7 @@
 #include <string_view>
 
 #include "launcher/io/message_check.h"
-#include "runtime/message_auth.h"
+#include "runtime/net/message_auth.h"
 #include "launcher/io/socket_util.h"
 
 namespace cohort::launcher {

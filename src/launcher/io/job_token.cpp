@@ -14,7 +14,7 @@
 
 #include "cohort/error.h"
 #include "launcher/watch/job_monitor.h"
-#include "runtime/message_auth.h"
+#include "runtime/net/message_auth.h"
 
 namespace cohort::launcher {
 namespace {

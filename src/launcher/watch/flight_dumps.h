@@ -2,7 +2,7 @@
 //
 // When a round ends in a hang (this node's, or another node's passed on by node 0), every worker
 // of this node that has a link is asked, over the link, to write its flight record (its last
-// collectives, src/runtime/flight_recorder.h) to DIR/flight-round<N>-rank<R>.json, DIR being
+// collectives, src/runtime/agent_link/flight_recorder.h) to DIR/flight-round<N>-rank<R>.json, DIR being
 // --log-dir or else the run directory. A process stopped by SIGSTOP cannot answer while stopped,
 // and continuing it at once would let it finish the very collective its peers wait in (spoiling
 // their records and its own), so the order is:

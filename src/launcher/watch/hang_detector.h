@@ -1,6 +1,6 @@
 // launcher/watch/hang_detector.h — the hang rule of `cohort run --hang-timeout S`.
 //
-// A worker counts once it has sent a heartbeat (src/runtime/agent_link.h); one that never does
+// A worker counts once it has sent a heartbeat (src/runtime/agent_link/agent_link.h); one that never does
 // (a program without cohort::init) is never judged. A counted worker is hung when
 //   * no heartbeat arrived from it for S seconds (stopped by SIGSTOP, frozen, starved), or
 //   * it is training (reported a step or finished a DDP iteration) and none of its counters —

@@ -5,7 +5,7 @@
 // program's own set-up (its data) before the first step. A standby worker has done all of that
 // already: it was started with exactly the variables the next round gives (worker_env.h, restart
 // count included) plus COHORT_STANDBY=1, and init() blocks until the agent's "go" arrives on the
-// worker link (src/runtime/agent_link.h). So a program that reads RANK or COHORT_RESTART_COUNT
+// worker link (src/runtime/agent_link/agent_link.h). So a program that reads RANK or COHORT_RESTART_COUNT
 // before init() sees the right values; what it must not do before init() is depend on files the
 // training writes (checkpoints): those are read after init(), by the Checkpointer.
 // The agent adopts the standby workers only when the next round's places are exactly the ones they

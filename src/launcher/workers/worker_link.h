@@ -1,5 +1,5 @@
 // launcher/workers/worker_link.h — the agent's end of the worker link (the worker's end is
-// src/runtime/agent_link.h): one Unix datagram socket in a private run directory; heartbeats come
+// src/runtime/agent_link/agent_link.h): one Unix datagram socket in a private run directory; heartbeats come
 // in, requests (a flight-record dump) go out.
 //
 // The run directory is made with mkdtemp (mode 0700) in $XDG_RUNTIME_DIR, else /tmp:
@@ -26,7 +26,7 @@
 
 namespace cohort::launcher {
 
-/// A worker's progress counters as its heartbeat reports them (src/runtime/progress.h).
+/// A worker's progress counters as its heartbeat reports them (src/runtime/agent_link/progress.h).
 struct Heartbeat {
   int64_t step = 0;            // the reported step, else DDP iterations
   int64_t reports = 0;         // cohort::report_step() calls

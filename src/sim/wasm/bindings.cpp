@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine.h"
+#include "engine/engine.h"
 #include "optimum.h"
 #include "presets.h"
 #include "report.h"

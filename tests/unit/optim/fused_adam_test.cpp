@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <mutex>
 
-#include "checkpoint/training_state.h"
+#include "checkpoint/format/training_state.h"
 #include "cohort/checkpointer.h"
 #include "cohort/distributed_data_parallel.h"
 #include "cohort/fused_adam.h"

@@ -11,7 +11,7 @@
 
 #include <mutex>
 
-#include "parallel/shard_collectives.h"
+#include "parallel/sharded/shard_collectives.h"
 #include "support/thread_ranks.h"
 #include "runtime/context_internals.h"
 

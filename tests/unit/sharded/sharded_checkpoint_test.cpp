@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <mutex>
 
-#include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/storage/checkpoint_dir.h"
 #include "cohort/checkpointer.h"
 #include "cohort/error.h"
 #include "support/thread_ranks.h"

@@ -4,7 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine.h"
+#include "engine/engine.h"
 #include "presets.h"
 #include "published.h"
 #include "report.h"

@@ -8,9 +8,9 @@
 #include <string>
 #include <random>
 
-#include "collectives.h"
-#include "engine.h"
-#include "memory.h"
+#include "engine/collectives.h"
+#include "engine/engine.h"
+#include "engine/memory.h"
 #include "optimum.h"
 #include "presets.h"
 #include "published.h"

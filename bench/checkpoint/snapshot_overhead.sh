@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# In-memory snapshots every step (issue 19): what they cost a training step, and how much memory
+# they hold. The Fashion-MNIST CNN (batch 64 per rank) and the GPT example (preset tiny, AdamW) at
+# 2 ranks x 1 thread under `cohort run`, each with --snapshot-every 1 and without (the same
+# --ckpt-dir, no checkpoint due), interleaved round by round so that both sides see the same
+# machine. Prints each run's throughput, the medians and the overhead (off - on) / off, and the
+# largest size the job's snapshot directory (/dev/shm) reached, sampled every 0.25 s in the runs
+# with snapshots (a finer poll costs the two cores more than it measures).
+# Goal: <= 5 % for the CNN (docs/BENCHMARKS.md).
+#
+#   bench/checkpoint/snapshot_overhead.sh [ROUNDS (default 5)] [CNN_STEPS (default 400)] [GPT_STEPS (default 60)]
+#
+# COHORT_BUILD names the build directory (default: build). Every run also checks its result: both
+# ranks report the same parameter checksum, with and without snapshots alike.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+rounds=${1:-5}
+cnn_steps=${2:-400}
+gpt_steps=${3:-60}
+build=${COHORT_BUILD:-build}
+cohort=$(realpath -m "$build/tools/cohort")
+cnn=$(realpath -m "$build/examples/fashion_mnist/fashion_mnist")
+gpt=$(realpath -m "$build/examples/gpt/gpt")
+[ -x "$cohort" ] && [ -x "$cnn" ] && [ -x "$gpt" ] || { echo "snapshot_overhead: build first (bash scripts/setup.sh)" >&2; exit 2; }
+work=$(mktemp -d /tmp/cohort_snapshot_bench.XXXXXX)
+trap 'pkill -9 -f "$work" 2>/dev/null || true; rm -rf "$work"' EXIT
+
+# run MODEL EVERY ROUND: one job; prints "<throughput> <checksum> <peak snapshot bytes>".
+run() {
+  local model=$1 every=$2 round=$3 dir="$work/$1-$2-$3" pid peak=0 bytes
+  mkdir -p "$dir"
+  local args=(--ckpt-dir "$dir/ck" --snapshot-every "$every")
+  if [ "$model" = cnn ]; then
+    args=("$cnn" --no-eval --threads 1 --log-every 0 --max-steps "$cnn_steps" "${args[@]}")
+  else
+    args=("$gpt" --preset tiny --steps "$gpt_steps" --batch 8 --threads 1 --log-every 0 --sample-tokens 0 \
+          --eval-windows 2 --timing-warmup 3 "${args[@]}")
+  fi
+  "$cohort" run --nproc-per-node 2 --threads-per-proc 1 --no-dashboard --run-dir "$dir/run" -- "${args[@]}" >"$dir/log" 2>&1 &
+  pid=$!
+  # The agent's snapshot directory is named after its pid (launcher/workers/snapshot_memory.h).
+  while [ "$every" != 0 ] && kill -0 "$pid" 2>/dev/null; do
+    bytes=$(du -sb /dev/shm/cohort-snapshots-"$pid"-* 2>/dev/null | awk '{s += $1} END {print s + 0}')
+    [ "$bytes" -gt "$peak" ] && peak=$bytes
+    sleep 0.25
+  done
+  wait "$pid" || { echo "snapshot_overhead: $model (--snapshot-every $every) failed:" >&2; tail -20 "$dir/log" >&2; exit 1; }
+  grep -o '{.*"param_checksum".*}' "$dir/log" | /usr/bin/python3 -c '
+import json, sys
+rows = [json.loads(l) for l in sys.stdin if l.strip()]
+assert len(rows) == 2, f"expected 2 result lines, got {len(rows)}"
+assert rows[0]["param_checksum"] == rows[1]["param_checksum"], "the ranks differ"
+r0 = next(r for r in rows if r["rank"] == 0)
+print(r0.get("samples_per_s", r0.get("tokens_per_s")), r0["param_checksum"], sys.argv[1])' "$peak"
+}
+
+echo "snapshot overhead: 2 ranks x 1 thread, $rounds rounds; machine: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+for model in cnn gpt; do
+  off=(); on=(); peaks=(); sums=()
+  for ((i = 0; i < rounds; i++)); do
+    read -r a sa _ <<<"$(run "$model" 0 "$i")"
+    read -r b sb pb <<<"$(run "$model" 1 "$i")"
+    off+=("$a"); on+=("$b"); peaks+=("$pb"); sums+=("$sa" "$sb")
+    echo "  $model round $i: without $a, with snapshots every step $b (per second), snapshot memory peak $pb bytes"
+  done
+  [ "$(printf '%s\n' "${sums[@]}" | sort -u | wc -l)" = 1 ] || echo "  WARNING: $model results differ between runs"
+  /usr/bin/python3 - "$model" "${off[*]}" "${on[*]}" "${peaks[*]}" <<'PY'
+import statistics, sys
+model, off, on, peaks = sys.argv[1], *[[float(x) for x in a.split()] for a in sys.argv[2:5]]
+a, b = statistics.median(off), statistics.median(on)
+unit = "samples/s" if model == "cnn" else "tokens/s"
+print(f"{model}: median {a:.1f} {unit} without, {b:.1f} with snapshots every step: overhead {100 * (a - b) / a:+.1f} %;"
+      f" snapshot memory (tmpfs) peak {max(peaks) / 1e6:.1f} MB")
+PY
+done

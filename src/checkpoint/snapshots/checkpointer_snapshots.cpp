@@ -1,0 +1,65 @@
+// In-memory snapshots (snapshots.h, docs/checkpointing.md): an inner Checkpointer that saves
+// into the job's directory in tmpfs every snapshot_every_steps steps.
+#include "checkpoint/agreement.h"
+#include "checkpoint/checkpointer_impl.h"
+#include "checkpoint/format/program_identity.h"
+#include "checkpoint/snapshots/snapshots.h"
+#include "cohort/sharded_state.h"
+#include "runtime/log.h"
+
+namespace cohort {
+void Checkpointer::Impl::open_snapshots() {
+  const int64_t every = owner_.options_.snapshot_every_steps;
+  if (every <= 0) return;
+  std::string why_none;
+  std::string dir = ckpt::snapshot_dir_for(owner_.options_.snapshot_dir, owner_.dir_, &why_none);
+  if (ckpt::allreduce_int(ctx_, dir.empty() ? 0 : 1, c10d::ReduceOp::MIN) == 0) {
+    if (rank_ == 0)
+      detail::log(detail::LogLevel::info, "no in-memory snapshots: " +
+                                              (why_none.empty() ? "another rank has no snapshot directory" : why_none));
+    return;
+  }
+  // Each machine keeps a whole copy: its first rank writes the replicated files (the same bytes
+  // on every rank) and rank 0's manifest, so that losing a machine loses no snapshot.
+  const int64_t machines = ckpt::allreduce_int(ctx_, ctx_.local_rank() == 0 ? 1 : 0, c10d::ReduceOp::SUM);
+  CheckpointOptions options;
+  options.keep_last = 2;  // the newest is being written while the one before stays whole
+  options.commit_timeout = owner_.options_.commit_timeout;
+  snapshots_ = std::make_unique<Checkpointer>(std::move(dir), owner_.ctx_, options);
+  Impl& inner = *snapshots_->impl_;
+  inner.is_snapshots_ = true;
+  inner.program_ = ckpt::program_identity(rank_);
+  inner.writes_replicated_ = rank_ == 0 || ctx_.local_rank() == 0;
+  inner.other_copies_ = machines - 1;
+}
+
+bool Checkpointer::Impl::per_rank_state_on_several_machines(const TrainingState& state) {
+  if (snapshots_->impl_->other_copies_ == 0) return false;
+  bool per_rank = dynamic_cast<ShardedCheckpointable*>(state.module) != nullptr;
+  if (auto* own = dynamic_cast<RankStateCheckpointable*>(state.module)) per_rank = per_rank || !own->rank_state().empty();
+  if (per_rank && !per_rank_noted_ && rank_ == 0)
+    detail::log(detail::LogLevel::info, "no in-memory snapshots: the model keeps state per rank (shards, a comm "
+                                        "hook's), and the job spans several machines");
+  per_rank_noted_ = per_rank_noted_ || per_rank;
+  return per_rank;
+}
+
+void Checkpointer::Impl::maybe_snapshot(const TrainingState& state) {
+  if (!snapshots_ || owner_.step_ % owner_.options_.snapshot_every_steps != 0) return;
+  if (per_rank_state_on_several_machines(state)) return;
+  snapshots_->step_ = owner_.step_;
+  snapshots_->metadata_ = owner_.metadata_;
+  try {
+    snapshots_->save_async(state);
+  } catch (const std::exception& e) {
+    detail::log_warn(std::string("in-memory snapshot failed (training continues): ") + e.what());
+  }
+}
+
+void Checkpointer::Impl::wait_for_snapshot() {
+  if (!snapshots_) return;
+  const std::string e = snapshots_->impl_->join();
+  if (!e.empty()) detail::log_warn("in-memory snapshot failed (training continues): " + e);
+}
+
+}  // namespace cohort

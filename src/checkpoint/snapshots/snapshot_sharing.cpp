@@ -1,0 +1,160 @@
+// Sending the newest snapshot to the machines that lack it. See snapshot_sharing.h.
+//
+// One round of the job's CPU group: each machine's first rank finds its newest snapshot that
+// verifies; the ranks agree on the newest of all (MAX), on who sends it (the lowest such rank) and
+// on whether any machine lacks it; the sender packs its files into one byte tensor, which is
+// broadcast; the machines that lack it unpack, check and write it; a last allreduce keeps each
+// machine's other ranks from reading the directory before its first rank has written it.
+#include "checkpoint/snapshots/snapshot_sharing.h"
+
+#include <torch/torch.h>
+#include <nlohmann/json.hpp>
+#include <sys/stat.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+#include <string_view>
+
+#include "checkpoint/agreement.h"
+#include "checkpoint/storage/checkpoint_dir.h"
+#include "checkpoint/storage/file_io.h"
+#include "cohort/context.h"
+#include "cohort/error.h"
+#include "runtime/log.h"
+
+namespace cohort::ckpt {
+namespace {
+
+struct Newest {
+  int64_t step = -1;
+  std::string path;
+  std::optional<Manifest> manifest;
+};
+
+// This machine's newest snapshot that verifies (every byte read against its manifest).
+Newest newest_valid(const std::string& dir) {
+  for (auto& c : list_checkpoints(dir)) {
+    if (!c.manifest) continue;
+    if (const std::string problem = verify_checkpoint(c.path); !problem.empty()) {
+      detail::log_warn("snapshot " + c.path + " is not sent to other machines: " + problem);
+      continue;
+    }
+    return {c.step, c.path, std::move(c.manifest)};
+  }
+  return {};
+}
+
+// The snapshot as one blob: an 8-byte length, a JSON index [{name, bytes}], then the files' bytes
+// in index order, the manifest first. Empty when it holds files of other roles than the
+// replicated ones (which never happens on several machines: checkpointer_snapshots.cpp takes none there).
+std::string pack(const Newest& n, int rank) {
+  nlohmann::json index = nlohmann::json::array();
+  // Regular files only, and no more than the manifest lists (file_io.h): a snapshot directory is
+  // read as carefully as a checkpoint.
+  std::string bytes = read_small_file(n.path + "/" + kManifestName, kMaxManifestBytes, rank);
+  index.push_back({{"name", kManifestName}, {"bytes", bytes.size()}});
+  for (const auto& f : n.manifest->files) {
+    if (f.role != "model" && f.role != "optimizer") return "";
+    std::string data = read_small_file(n.path + "/" + f.name, f.bytes, rank);
+    index.push_back({{"name", f.name}, {"bytes", data.size()}});
+    bytes += data;
+  }
+  const std::string head = index.dump();
+  std::string blob(8, '\0');
+  const uint64_t head_bytes = head.size();
+  std::memcpy(blob.data(), &head_bytes, 8);
+  blob += head;
+  blob += bytes;
+  // Fault injection for the tests: one byte of the first data file changed on the way.
+  if (const char* v = std::getenv("COHORT_TEST_DAMAGE_SNAPSHOT_SENT"); v && std::string(v) == "1" && index.size() > 1)
+    blob[8 + head.size() + index[0]["bytes"].get<size_t>()] ^= 0x5a;
+  return blob;
+}
+
+// Checks the blob's files against its manifest and writes them into dir/step-N/ (manifest last,
+// each atomically). Returns the problem, empty when the snapshot was written.
+std::string unpack(const std::string& dir, int64_t step, const char* blob, size_t size, int rank) {
+  uint64_t head_bytes = 0;
+  if (size < 8) return "too short";
+  std::memcpy(&head_bytes, blob, 8);
+  if (head_bytes > size - 8) return "index past the end";
+  const auto index = nlohmann::json::parse(blob + 8, blob + 8 + head_bytes, nullptr, false);
+  if (!index.is_array() || index.empty()) return "no index";
+  std::vector<std::pair<std::string, std::string_view>> files;
+  size_t at = 8 + head_bytes;
+  for (const auto& e : index) {
+    const auto bytes = e.value("bytes", uint64_t{0});
+    if (bytes > size - at) return "file past the end";
+    files.emplace_back(e.value("name", ""), std::string_view(blob + at, bytes));
+    at += bytes;
+  }
+  Manifest m;
+  try {
+    m = Manifest::parse(std::string(files[0].second));
+  } catch (const std::exception& e) {
+    return std::string("manifest: ") + e.what();
+  }
+  if (files[0].first != kManifestName || m.step != step) return "not the snapshot of step " + std::to_string(step);
+  for (const auto& expected : m.files) {
+    auto it = std::find_if(files.begin(), files.end(), [&](const auto& f) { return f.first == expected.name; });
+    if (it == files.end()) return expected.name + ": missing";
+    const std::string problem =
+        check_file_contents(expected, it->second.data(), it->second.size(), XXH3_64bits(it->second.data(), it->second.size()));
+    if (!problem.empty()) return problem;
+  }
+  const std::string path = dir + "/" + step_dir_name(step);
+  remove_checkpoint(path);  // an uncommitted one of this step (or a bad one): nothing of it stays
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  if (ec) throw CheckpointError(rank, "could not create " + path + ": " + ec.message());
+  for (size_t i = 1; i < files.size(); ++i) {
+    AtomicWriter out(path, files[i].first, rank, /*allow_direct=*/false);
+    out.write(files[i].second.data(), files[i].second.size());
+    out.finish();
+  }
+  AtomicWriter manifest(path, kManifestName, rank, /*allow_direct=*/false);
+  manifest.write(files[0].second.data(), files[0].second.size());
+  manifest.finish();
+  fsync_dir(path, rank);
+  return "";
+}
+
+}  // namespace
+
+void share_newest_snapshot(Context& ctx, const std::string& dir) {
+  const int rank = ctx.rank();
+  const bool writer = ctx.local_rank() == 0;  // one per machine
+  const Newest mine = writer ? newest_valid(dir) : Newest{};
+  const int64_t best = allreduce_int(ctx, mine.step, c10d::ReduceOp::MAX);
+  if (best < 0) return;
+  const int64_t sender = allreduce_int(ctx, writer && mine.step == best ? rank : INT64_MAX, c10d::ReduceOp::MIN);
+  if (allreduce_int(ctx, writer && mine.step != best ? 1 : 0, c10d::ReduceOp::SUM) == 0) return;
+  std::string blob;
+  if (rank == sender) blob = pack(mine, rank);
+  const int64_t size = allreduce_int(ctx, static_cast<int64_t>(blob.size()), c10d::ReduceOp::MAX);
+  if (size == 0) return;
+  at::Tensor bytes = at::empty({size}, at::kByte);
+  if (rank == sender) std::memcpy(bytes.data_ptr(), blob.data(), blob.size());
+  std::vector<at::Tensor> tensors{bytes};
+  c10d::BroadcastOptions options;
+  options.rootRank = static_cast<int>(sender);
+  ctx.group()->broadcast(tensors, options)->wait();
+  if (writer && mine.step != best) {
+    const std::string problem =
+        unpack(dir, best, static_cast<const char*>(bytes.data_ptr()), static_cast<size_t>(size), rank);
+    if (problem.empty())
+      detail::log(detail::LogLevel::info, "received the snapshot of step " + std::to_string(best) + " from rank " +
+                                              std::to_string(sender) + " into " + dir);
+    else
+      detail::log_warn("the snapshot of step " + std::to_string(best) + " from rank " + std::to_string(sender) +
+                       " arrived damaged and is not used (" + problem + "); the restore takes what every machine has");
+  }
+  allreduce_int(ctx, 0, c10d::ReduceOp::SUM);  // the machine's other ranks look only once it is written
+}
+
+}  // namespace cohort::ckpt

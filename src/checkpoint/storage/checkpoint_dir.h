@@ -1,0 +1,58 @@
+// A directory of checkpoints: listing, verifying, retiring. No torch: the `cohort ckpt` command
+// and the Checkpointer share it.
+//
+// Layout: DIR/step-00001200/{manifest.json, model.safetensors, optimizer.safetensors, ...}.
+// A checkpoint is "committed" when its manifest parses; it is "valid" when, in addition, every file
+// the manifest lists exists with the listed size and XXH3-64 and every safetensors header is sound.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "checkpoint/format/manifest.h"
+
+namespace cohort::ckpt {
+
+struct ListedCheckpoint {
+  std::string path;  // DIR/step-...
+  int64_t step = -1;
+  std::optional<Manifest> manifest;  // set when committed
+  std::string problem;               // why it is not committed ("no manifest.json (interrupted save)", ...)
+};
+
+/// Every step-* directory in `dir`, newest step first. A missing `dir` is an empty list.
+/// `read_manifests` false: a checkpoint counts as committed when its manifest.json exists, and
+/// `manifest` is then an empty Manifest (retention of snapshots, which runs after every step and
+/// needs no more; restore always reads them).
+std::vector<ListedCheckpoint> list_checkpoints(const std::string& dir, bool read_manifests = true);
+
+/// Reads and parses PATH/manifest.json; std::nullopt with `problem` set when it cannot.
+std::optional<Manifest> read_manifest(const std::string& path, std::string* problem);
+
+/// Empty when the checkpoint at `path` is valid; otherwise the first problem, naming the file:
+/// "model.safetensors: checksum mismatch (manifest 0123..., file 4567...)". Reads every byte.
+std::string verify_checkpoint(const std::string& path);
+
+/// Checks one listed file against its manifest entry (size, hash, safetensors header) from bytes
+/// already in memory; empty when it matches.
+std::string check_file_contents(const ManifestFile& expected, const char* data, uint64_t bytes, uint64_t xxh3);
+
+/// Removes a checkpoint so that no crash leaves it looking valid: the manifest goes first (and
+/// that is made durable), then the files and the directory. Errors are ignored but counted in the
+/// return value (false: something remained).
+bool remove_checkpoint(const std::string& path);
+
+/// Removes `<name>.tmp-*` files in `path` for each of `names`: what an interrupted writer of those
+/// names left behind. Only the writer of a name calls this, so it cannot hit a write in progress.
+void remove_temporaries(const std::string& path, const std::vector<std::string>& names);
+
+/// Which committed checkpoints retention removes: all but the newest `keep_last`, except those
+/// whose step is a multiple of `keep_every_steps` (when > 0), which stay forever. Also every
+/// uncommitted directory older than the newest committed one (an interrupted save's leftovers).
+/// `listed` is as list_checkpoints returns it.
+std::vector<std::string> retired_checkpoints(const std::vector<ListedCheckpoint>& listed, int keep_last,
+                                             int64_t keep_every_steps);
+
+}  // namespace cohort::ckpt

@@ -1,0 +1,92 @@
+// runtime/agent_link/agent_link.h — the worker's line to its `cohort run` agent: heartbeats out, requests in.
+//
+// The agent names a Unix datagram socket in COHORT_AGENT_SOCKET, inside a private run directory
+// (mode 0700: only this user can send to it or to us). start_agent_link(), called by init(),
+// binds this process's own socket next to it (w<pid>.sock, so that the agent can answer) and
+// starts one thread, which
+//   * every COHORT_HEARTBEAT_MS (default 1000) sends a heartbeat: rank, pid, step counters and
+//     completed collectives (progress.h), and the collective this rank waits in, if any;
+//   * serves the agent's requests: {"type":"dump","path":P,"reason":R} writes the flight record
+//     (flight_recorder.h) to P (through a temporary file and a rename) and answers "dumped";
+//     {"type":"go"} releases a standby worker (wait_until_released(), `cohort run --warm-spares`).
+// One JSON object per datagram. Sends never block: when the agent is slow (its queue full) or gone,
+// the message is dropped — training never waits on its agent. Nothing runs in a signal handler;
+// a rank stopped by SIGSTOP dumps once the agent has continued it (docs/fault-tolerance.md).
+// Without COHORT_AGENT_SOCKET (torchrun, mpirun, a plain run) nothing starts.
+// The monitoring issue sends its metrics the same way: send() with another "type".
+#pragma once
+
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "cohort/job_env.h"
+#include "flight_recorder.h"
+
+namespace cohort::detail {
+
+struct AgentLinkOptions {
+  std::string agent_socket;  // the agent's address (a path)
+  std::string own_socket;    // where to bind; empty: "w<pid>.sock" in the agent socket's directory
+  int heartbeat_ms = 1000;
+  FlightDumpInfo identity;   // rank, world, pid... (the header of heartbeats and dumps)
+};
+
+class AgentLink {
+ public:
+  /// Binds (when it cannot, heartbeats still go out, unanswerable, and a warning says why) and
+  /// starts the thread; the first heartbeat goes out at once.
+  explicit AgentLink(AgentLinkOptions options);
+  /// Stops the thread — serving a dump request that is already queued — and removes the socket.
+  ~AgentLink();
+  AgentLink(const AgentLink&) = delete;
+  AgentLink& operator=(const AgentLink&) = delete;
+
+  /// Sends one datagram to the agent without blocking; false when it was dropped (agent gone,
+  /// slow, or the message too large).
+  bool send(const std::string& json);
+  /// Where the agent's requests arrive; empty when binding failed.
+  const std::string& own_socket() const { return own_path_; }
+  uint64_t heartbeats_sent() const { return heartbeats_sent_.load(); }
+  /// A standby worker (COHORT_STANDBY=1) waits here until its agent sends "go": it was started
+  /// ahead of time with the next round's variables, and may join only once that round begins.
+  /// The heartbeats already sent told the agent where to send it.
+  void wait_until_released();
+  uint64_t dumps_written() const { return dumps_written_.load(); }
+
+ private:
+  void run();
+  void heartbeat();
+  void serve_requests();
+  void serve(const std::string& text);
+
+  AgentLinkOptions options_;
+  sockaddr_un agent_{};
+  socklen_t agent_len_ = 0;
+  std::string own_path_;
+  int fd_ = -1;
+  int wake_fd_ = -1;  // eventfd: the destructor wakes the thread with it
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> heartbeats_sent_{0};
+  std::atomic<uint64_t> dumps_written_{0};
+  std::mutex released_mutex_;
+  std::condition_variable released_cv_;
+  bool released_ = false;  // released_mutex_
+  std::thread thread_;
+};
+
+/// Starts this process's link when COHORT_AGENT_SOCKET is set (once per process; init() calls it).
+void start_agent_link(const JobEnv& env);
+/// This process's link, or nullptr (no agent). The monitor sends its messages through it.
+AgentLink* agent_link();
+/// Tests: ends the link (if any), so that the next start_agent_link() reads the environment again.
+/// Nothing may be sending meanwhile.
+void stop_agent_link_for_testing();
+
+}  // namespace cohort::detail
