@@ -1,5 +1,6 @@
 // cohort dashboard: draws /api/state, then follows /api/stream (server-sent events) without
-// reloading. No framework; charts by Chart.js (embedded from Debian's libjs-chart.js).
+// reloading. No framework; charts by Chart.js (embedded from Debian's libjs-chart.js) through
+// charts.js, numbers written by format.js (both loaded before this file by index.html).
 // Messages (docs/monitoring.md): "metrics" (one worker step), "event" (an event line), "state"
 // ({job, ranks}: the job state or the rank grid changed), "resync" (messages were lost: refetch).
 'use strict';
@@ -48,63 +49,8 @@
 
   const $ = (id) => document.getElementById(id);
 
-  // Numbers may come as strings "nan", "inf", "-inf" (JSON has no NaN), or as null from a snapshot.
-  function num(v) {
-    if (typeof v === 'number') return v;
-    if (typeof v === 'string') {
-      const s = v.toLowerCase();
-      if (s === 'nan') return NaN;
-      if (s === 'inf' || s === '+inf' || s === 'infinity') return Infinity;
-      if (s === '-inf' || s === '-infinity') return -Infinity;
-      const n = Number(v);
-      return Number.isNaN(n) ? undefined : n;
-    }
-    return undefined;
-  }
-  const defined = (v) => v !== undefined && v !== null;
-
-  function fmtNumber(v, digits) {
-    const n = num(v);
-    if (!defined(n)) return '–';
-    if (Number.isNaN(n)) return 'NaN';
-    if (!Number.isFinite(n)) return n > 0 ? '+Inf' : '-Inf';
-    const a = Math.abs(n);
-    if (a !== 0 && (a < 1e-3 || a >= 1e6)) return n.toExponential(2);
-    return n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: 0 });
-  }
-  function fmtMs(seconds) {
-    const n = num(seconds);
-    if (!defined(n) || !Number.isFinite(n)) return '–';
-    return n >= 1 ? n.toFixed(2) + ' s' : (n * 1000).toFixed(n < 0.01 ? 2 : 1) + ' ms';
-  }
-  function fmtBytes(b) {
-    const n = num(b);
-    if (!defined(n) || !Number.isFinite(n)) return '–';
-    const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
-    let u = 0;
-    let v = n;
-    while (v >= 1024 && u < units.length - 1) { v /= 1024; u++; }
-    return v.toFixed(u === 0 ? 0 : 1) + ' ' + units[u];
-  }
-  function fmtDuration(s) {
-    if (!defined(s) || !Number.isFinite(s) || s < 0) return '–';
-    s = Math.floor(s);
-    const h = Math.floor(s / 3600);
-    const m = Math.floor((s % 3600) / 60);
-    const sec = s % 60;
-    return h > 0 ? h + 'h ' + String(m).padStart(2, '0') + 'm' : m > 0 ? m + 'm ' + String(sec).padStart(2, '0') + 's' : sec + 's';
-  }
-  function fmtTime(t) {
-    const n = num(t);
-    if (!defined(n) || !Number.isFinite(n)) return '';
-    return new Date(n * 1000).toLocaleTimeString('en-GB', { hour12: false });
-  }
-  function median(values) {
-    const v = values.filter((x) => Number.isFinite(x)).sort((a, b) => a - b);
-    if (v.length === 0) return undefined;
-    const m = v.length >> 1;
-    return v.length % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
-  }
+  const { num, defined, fmtNumber, fmtMs, fmtBytes, fmtDuration, fmtTime, median } = window.CohortFormat;
+  const Charts = window.CohortCharts;
 
   // ---------------------------------------------------------------- model updates
 
@@ -383,129 +329,28 @@
     setText($('event-count'), model.events.length ? String(model.events.length) : '');
   }
 
-  // A per-step series (faint) and its trailing mean over SMOOTH steps (bold): steps are noisy.
-  function lineChart(canvas, label, color, faint, zero) {
-    const series = (name, c, width) => ({ label: name, data: [], borderColor: c, backgroundColor: c, borderWidth: width, pointRadius: 0, tension: 0 });
-    return new window.Chart(canvas, {
-      type: 'line',
-      data: { datasets: [series(label, faint, 1), series(label + ' (mean of ' + SMOOTH + ' steps)', color, 2)] },
-      options: {
-        animation: false,
-        parsing: false,
-        normalized: true,
-        responsive: true,
-        maintainAspectRatio: false,
-        interaction: { mode: 'nearest', axis: 'x', intersect: false },
-        scales: {
-          x: { type: 'linear', title: { display: true, text: 'step' }, ticks: { precision: 0 } },
-          y: { beginAtZero: zero },
-        },
-        plugins: { legend: { display: false } },
-      },
-    });
-  }
-
-  function smooth(points) {
-    const out = [];
-    let sum = 0;
-    let n = 0;
-    for (let i = 0; i < points.length; i++) {
-      const y = points[i].y;
-      if (Number.isFinite(y)) { sum += y; n++; }
-      if (i >= SMOOTH) {
-        const old = points[i - SMOOTH].y;
-        if (Number.isFinite(old)) { sum -= old; n--; }
-      }
-      out.push({ x: points[i].x, y: n > 0 ? sum / n : NaN });
-    }
-    return out;
-  }
-
   function initCharts() {
     if (!window.Chart) return;
-    charts.loss = lineChart($('loss-chart'), 'loss', '#2f6fd0', 'rgba(47, 111, 208, 0.3)', false);
+    charts.loss = Charts.lineChart($('loss-chart'), 'loss', '#2f6fd0', 'rgba(47, 111, 208, 0.3)', false, SMOOTH);
     charts.loss.data.datasets.push({ type: 'scatter', label: 'anomaly', data: [], pointRadius: 5, pointStyle: 'triangle', borderColor: '#c8323c', backgroundColor: '#c8323c' });
-    charts.throughput = lineChart($('throughput-chart'), 'samples/s', '#2f9e5b', 'rgba(47, 158, 91, 0.3)', true);
-    charts.stepTime = new window.Chart($('step-time-chart'), {
-      type: 'bar',
-      data: { labels: [], datasets: PHASES.map((p) => ({ label: p.label, data: [], backgroundColor: p.color })) },
-      options: {
-        animation: false,
-        responsive: true,
-        maintainAspectRatio: false,
-        scales: {
-          x: {
-            stacked: true,
-            ticks: {
-              color: (ctx) => (charts.slowTicks && charts.slowTicks[ctx.index] ? '#d98b00' : '#6b7385'),
-              font: (ctx) => ({ weight: charts.slowTicks && charts.slowTicks[ctx.index] ? 'bold' : 'normal' }),
-            },
-          },
-          y: { stacked: true, beginAtZero: true, title: { display: true, text: 'ms per step' } },
-        },
-        plugins: {
-          legend: { position: 'bottom', labels: { boxWidth: 12 } },
-          tooltip: { callbacks: { label: (c) => c.dataset.label + ': ' + Number(c.raw).toFixed(2) + ' ms' } },
-        },
-      },
-    });
+    charts.throughput = Charts.lineChart($('throughput-chart'), 'samples/s', '#2f9e5b', 'rgba(47, 158, 91, 0.3)', true, SMOOTH);
+    charts.stepTime = Charts.stepTimeChart($('step-time-chart'), PHASES, (i) => Boolean(charts.slowTicks && charts.slowTicks[i]));
   }
 
   function renderCharts() {
     if (!charts.loss) return;
-    const lossPoints = [];
-    const ratePoints = [];
-    for (const p of model.history) {
-      if (defined(p.loss)) lossPoints.push({ x: p.step, y: Number.isFinite(p.loss) ? p.loss : NaN });
-      if (defined(p.samples_per_s) && Number.isFinite(p.samples_per_s)) ratePoints.push({ x: p.step, y: p.samples_per_s });
-    }
-    const marks = [];
-    for (const e of model.events) {
-      if (e.kind !== 'anomaly' || !defined(e.step) || (e.anomaly !== 'loss_spike' && e.anomaly !== 'nan')) continue;
-      const at = model.history.find((p) => p.step === e.step);
-      const y = at && Number.isFinite(at.loss) ? at.loss : lossPoints.length ? lossPoints[lossPoints.length - 1].y : 0;
-      marks.push({ x: e.step, y });
-    }
+    const { lossPoints, ratePoints, marks } = Charts.jobSeries(model.history, model.events);
     charts.loss.data.datasets[0].data = lossPoints;
-    charts.loss.data.datasets[1].data = smooth(lossPoints);
+    charts.loss.data.datasets[1].data = Charts.smooth(lossPoints, SMOOTH);
     charts.loss.data.datasets[2].data = marks;
     charts.loss.update('none');
     charts.throughput.data.datasets[0].data = ratePoints;
-    charts.throughput.data.datasets[1].data = smooth(ratePoints);
+    charts.throughput.data.datasets[1].data = Charts.smooth(ratePoints, SMOOTH);
     charts.throughput.update('none');
     $('loss-chart').dataset.points = String(lossPoints.length);
     $('throughput-chart').dataset.points = String(ratePoints.length);
 
-    // Step time per rank: mean of each phase over the latest WINDOW steps (means add up to the step).
-    const keys = [...new Set([...model.ranks.keys(), ...model.rankHistory.keys()])].sort((a, b) => a - b);
-    const labels = [];
-    const slow = [];
-    const per = PHASES.map(() => []);
-    for (const k of keys) {
-      const r = model.ranks.get(k) || {};
-      const recent = (model.rankHistory.get(k) || []).slice(-WINDOW);
-      labels.push('rank ' + k + (r.state === 'slow' ? ' (slow)' : ''));
-      slow.push(r.state === 'slow');
-      const sums = {};
-      for (const p of PHASES) sums[p.key] = 0;
-      let n = 0;
-      for (const rec of recent) {
-        const step = num(rec.step_s);
-        if (!defined(step) || !Number.isFinite(step)) continue;
-        n++;
-        let known = 0;
-        for (const p of PHASES) {
-          if (p.key === 'other') continue;
-          const v = rec.phases ? num(rec.phases[p.key]) : undefined;
-          if (defined(v) && Number.isFinite(v)) {
-            sums[p.key] += v;
-            known += v;
-          }
-        }
-        sums.other += Math.max(0, step - known);
-      }
-      PHASES.forEach((p, i) => per[i].push(n ? (sums[p.key] / n) * 1000 : 0));
-    }
+    const { labels, slow, per } = Charts.phaseMeans(model.ranks, model.rankHistory, PHASES, WINDOW);
     charts.slowTicks = slow;
     charts.stepTime.data.labels = labels;
     PHASES.forEach((p, i) => { charts.stepTime.data.datasets[i].data = per[i]; });

@@ -21,7 +21,16 @@
 #include <thread>
 #include <vector>
 
+#include "support/files.h"
+#include "support/subprocess.h"
+
 namespace launcher_test {
+
+// From tests/support: the same helpers as every other test folder's.
+using cohort::testing::contains;
+using cohort::testing::free_port;
+using cohort::testing::slurp;
+using cohort::testing::TempDir;
 
 using clock = std::chrono::steady_clock;
 
@@ -117,35 +126,6 @@ inline Result run(const std::vector<std::string>& argv, double timeout_s, const 
   return c.wait(timeout_s);
 }
 
-/// A fresh directory under the build's temp area, removed afterwards.
-class TempDir {
- public:
-  TempDir() {
-    std::string templ = (std::filesystem::temp_directory_path() / "cohort_launcher_XXXXXX").string();
-    path_ = mkdtemp(templ.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-/// A loopback port that nothing listens on right now.
-inline int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
 
 /// Two consecutive free loopback ports (store, agents); returns the first.
 inline int free_port_pair() {

@@ -1,6 +1,6 @@
 // Checkpointer: exact resume (sync and async; SGD, Adam, AdamW), fallback over corrupt
-// checkpoints, a different world size mid-epoch, retention, failures that training survives, and
-// the errors for checkpoints that do not fit. Ranks are threads (thread_ranks.h); the tests with
+// checkpoints, a different world size mid-epoch, the reader, user state (retention, policies,
+// failures and mismatches are checkpoint_policy_test.cpp's). Ranks are threads (thread_ranks.h); the tests with
 // processes, signals and a full disk are in tests/integration/checkpoint_*_test.cpp.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -20,6 +20,7 @@
 #include "cohort/error.h"
 #include "support/ddp_fixtures.h"
 #include "support/thread_ranks.h"
+#include "checkpoint_fixtures.h"
 
 namespace fs = std::filesystem;
 using namespace cohort;
@@ -27,70 +28,7 @@ using namespace cohort::testing;
 
 namespace {
 
-// Every directory fresh_dir made, removed when the test program ends: some hold a FIFO named
-// manifest.json (CheckpointCorruption), which blocks whatever reads /tmp later (a grep -r did).
-std::vector<fs::path>& made_dirs() {
-  static std::vector<fs::path> dirs;
-  return dirs;
-}
-class RemoveMadeDirs : public ::testing::Environment {
- public:
-  void TearDown() override {
-    std::error_code ignored;
-    for (const auto& d : made_dirs()) fs::remove_all(d, ignored);
-  }
-};
-[[maybe_unused]] ::testing::Environment* const kRemoveMadeDirs = ::testing::AddGlobalTestEnvironment(new RemoveMadeDirs);
-
-std::string fresh_dir(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() / ("cohort_ckpt_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  made_dirs().push_back(p);
-  return p.string();
-}
-
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::string& kind, std::vector<torch::Tensor> params) {
-  if (kind == "sgd") return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(0.1).momentum(0.9));
-  if (kind == "adam") return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(0.01));
-  return std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(0.01).weight_decay(0.1));
-}
-
-// What a resumed run must reproduce bit for bit: parameters and optimizer state tensors.
-std::vector<torch::Tensor> full_state(torch::nn::Module& module, torch::optim::Optimizer& opt) {
-  std::vector<torch::Tensor> out;
-  for (auto& p : module.parameters()) out.push_back(p.detach().clone());
-  std::string description;
-  for (auto& [name, t] : ckpt::optimizer_tensors(opt, module, &description, 0)) out.push_back(t.clone());
-  return out;
-}
-
-void expect_bitwise_equal(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i])) << "tensor " << i << " differs";
-}
-
-// A data-parallel SmallNet with its optimizer; rank r trains on its slice of each global batch.
-struct Trainer {
-  Trainer(std::shared_ptr<Context> ctx, const std::string& kind, const std::vector<torch::Tensor>& init, int hidden = 16)
-      : rank(ctx->rank()), world(ctx->world_size()), model(make_model(ctx, init, hidden)),
-        opt(make_optimizer(kind, model->parameters())) {}
-  static DistributedDataParallel<SmallNet> make_model(std::shared_ptr<Context> ctx, const std::vector<torch::Tensor>& init,
-                                                      int hidden) {
-    SmallNet net(hidden);
-    if (!init.empty()) load_parameters(*net, init);
-    return DistributedDataParallel(net, ctx);
-  }
-  void step(const Batch& b) {
-    const auto rows = b.x.size(0) / world;
-    opt->zero_grad();
-    torch::nll_loss(model->forward(b.x.narrow(0, rank * rows, rows)), b.y.narrow(0, rank * rows, rows)).backward();
-    opt->step();
-  }
-  TrainingState state() { return {&*model, opt.get(), nullptr}; }
-  int rank, world;
-  DistributedDataParallel<SmallNet> model;
-  std::unique_ptr<torch::optim::Optimizer> opt;
-};
+using namespace checkpoint_test;
 
 struct ResumeCase {
   std::string optimizer;
@@ -291,178 +229,6 @@ TEST(CheckpointWorldSize, SaveAtFourRestoreAtTwoCoversTheEpochExactlyOnce) {
   });
   ASSERT_EQ(seen.size(), dataset);
   for (const auto& [index, count] : seen) EXPECT_EQ(count, 1) << "sample " << index;
-}
-
-// --- retention: the newest K plus every M-th; leftovers of interrupted saves go too ---
-
-TEST(CheckpointRetention, KeepsTheNewestAndThePermanentOnes) {
-  const std::string dir = fresh_dir("retention");
-  fs::create_directories(fs::path(dir) / "step-00000003");  // an interrupted save's leftovers
-  const auto batches = make_batches(1, 8);
-  run_ranks(1, [&](std::shared_ptr<Context> ctx) {
-    Trainer t(ctx, "sgd", initial_parameters(1));
-    Checkpointer checkpoints(dir, ctx, {.every_steps = 1, .keep_last = 2, .keep_every_steps = 5, .async = true});
-    for (int s = 0; s < 12; ++s) {
-      t.step(batches[0]);
-      checkpoints.maybe_save(t.state());
-    }
-    checkpoints.wait();
-    EXPECT_EQ(checkpoints.last_error(), "");
-  });
-  std::set<int64_t> steps;
-  for (const auto& c : ckpt::list_checkpoints(dir)) {
-    EXPECT_TRUE(c.manifest.has_value()) << c.path << ": " << c.problem;
-    steps.insert(c.step);
-  }
-  EXPECT_EQ(steps, (std::set<int64_t>{5, 10, 11, 12}));
-}
-
-// --- time-based and skip policies: every rank saves at the same steps ---
-
-TEST(CheckpointPolicy, EverySecondsSavesAtTheSameStepOnEveryRank) {
-  const std::string dir = fresh_dir("every_seconds");
-  const auto batches = make_batches(1, 8);
-  std::vector<int64_t> committed(2);
-  run_ranks(2, [&](std::shared_ptr<Context> ctx) {
-    Trainer t(ctx, "sgd", initial_parameters(1));
-    // Rank 1's steps take longer than rank 0's: their clocks see different times at each step.
-    Checkpointer checkpoints(dir, ctx,
-                             {.every_seconds = 0.1, .keep_last = 0, .commit_timeout = std::chrono::seconds(5)});
-    for (int s = 0; s < 12; ++s) {
-      t.step(batches[0]);
-      std::this_thread::sleep_for(std::chrono::milliseconds(ctx->rank() == 0 ? 30 : 45));
-      checkpoints.maybe_save(t.state());
-    }
-    checkpoints.wait();
-    EXPECT_EQ(checkpoints.last_error(), "");
-    committed[ctx->rank()] = checkpoints.saves_committed();
-  });
-  const auto listed = ckpt::list_checkpoints(dir);
-  EXPECT_GE(listed.size(), 2u);  // 12 steps of >= 30 ms with a save due every 100 ms
-  EXPECT_EQ(committed[0], static_cast<int64_t>(listed.size()));
-  for (const auto& c : listed) EXPECT_EQ(ckpt::verify_checkpoint(c.path), "") << c.path;
-}
-
-TEST(CheckpointPolicy, SkipWhenBusyIsDecidedTogether) {
-  const std::string dir = fresh_dir("skip");
-  run_ranks(2, [&](std::shared_ptr<Context> ctx) {
-    // 64 MB of parameters, fsynced at every step, and steps that take no time: most saves find the
-    // previous one still being written and are skipped — by both ranks, or the commit would fail.
-    struct Big : torch::nn::Module {
-      Big() { register_parameter("w", torch::zeros({16 << 20})); }
-    } big;
-    torch::optim::SGD sgd(big.parameters(), torch::optim::SGDOptions(0.1));
-    Checkpointer checkpoints(dir, ctx,
-                             {.every_steps = 1,
-                              .keep_last = 1,
-                              .when_busy = CheckpointOptions::WhenBusy::skip,
-                              .commit_timeout = std::chrono::seconds(20)});
-    int started = 0;
-    for (int s = 0; s < 20; ++s) started += checkpoints.maybe_save({&big, &sgd, nullptr});
-    checkpoints.wait();
-    EXPECT_EQ(checkpoints.last_error(), "");
-    EXPECT_LT(started, 20);
-    EXPECT_GE(started, 1);
-    if (ctx->rank() == 0) EXPECT_EQ(checkpoints.saves_committed(), started);
-  });
-  for (const auto& c : ckpt::list_checkpoints(dir)) EXPECT_EQ(ckpt::verify_checkpoint(c.path), "") << c.path;
-}
-
-// --- failures: a failed save is reported, leaves nothing visible, and training carries on ---
-
-TEST(CheckpointFailure, FailedBackgroundSaveIsReportedAtTheNextCall) {
-  const std::string dir = fresh_dir("blocked");
-  std::ofstream(dir) << "a file where the checkpoint directory should be";
-  const auto batches = make_batches(1, 8);
-  run_ranks(1, [&](std::shared_ptr<Context> ctx) {
-    Trainer t(ctx, "sgd", initial_parameters(1));
-    Checkpointer checkpoints(dir, ctx, {.every_steps = 1});
-    t.step(batches[0]);
-    checkpoints.save_async(t.state());  // the snapshot succeeds; writing fails in the background
-    try {
-      checkpoints.wait();
-      ADD_FAILURE() << "wait() should rethrow the background failure";
-    } catch (const CheckpointError& e) {
-      EXPECT_NE(std::string(e.what()).find("could not create directory " + dir), std::string::npos) << e.what();
-    }
-    // maybe_save never throws: this save fails in the background too, the next call reports it
-    // (a warning in the log, last_error()) and training carries on.
-    t.step(batches[0]);
-    checkpoints.maybe_save(t.state());
-    t.step(batches[0]);
-    EXPECT_NO_THROW(checkpoints.maybe_save(t.state()));
-    EXPECT_NE(checkpoints.last_error().find("could not create directory"), std::string::npos) << checkpoints.last_error();
-  });
-  fs::remove(dir);
-}
-
-TEST(CheckpointFailure, ARankThatNeverReportsIsATimeoutNotAHang) {
-  const std::string dir = fresh_dir("timeout");
-  const auto batches = make_batches(1, 8);
-  auto errors = run_ranks_collect(2, [&](std::shared_ptr<Context> ctx) {
-    Trainer t(ctx, "sgd", initial_parameters(1));
-    Checkpointer checkpoints(dir, ctx, {.async = false, .commit_timeout = std::chrono::milliseconds(500)});
-    if (ctx->rank() == 0) checkpoints.save(t.state());  // rank 1 never saves
-  });
-  ASSERT_TRUE(errors[0]);
-  try {
-    std::rethrow_exception(errors[0]);
-  } catch (const CheckpointError& e) {
-    EXPECT_NE(std::string(e.what()).find("rank(s) 1 did not report"), std::string::npos) << e.what();
-  }
-  EXPECT_FALSE(ckpt::list_checkpoints(dir).at(0).manifest.has_value());
-}
-
-// --- checkpoints that do not fit are clear errors ---
-
-TEST(CheckpointMismatch, OtherModelOrOptimizerIsAClearError) {
-  const std::string dir = fresh_dir("mismatch");
-  run_ranks(1, [&](std::shared_ptr<Context> ctx) {
-    Trainer t(ctx, "adam", initial_parameters(1));
-    t.step(make_batches(1, 8)[0]);
-    Checkpointer(dir, ctx, {.async = false}).save(t.state());
-  });
-  run_ranks(1, [&](std::shared_ptr<Context> ctx) {
-    Trainer wider(ctx, "adam", {}, /*hidden=*/32);
-    Checkpointer checkpoints(dir, ctx);
-    try {
-      checkpoints.restore_latest(wider.state());
-      ADD_FAILURE() << "restoring into another model must fail";
-    } catch (const CheckpointError& e) {
-      EXPECT_NE(std::string(e.what()).find("tensor \"module.fc1.weight\" is Float[16, 8] in the checkpoint but Float[32, 8]"),
-                std::string::npos)
-          << e.what();
-    }
-    Trainer sgd(ctx, "sgd", initial_parameters(1));
-    try {
-      checkpoints.restore_latest(sgd.state());
-      ADD_FAILURE() << "restoring Adam state into SGD must fail";
-    } catch (const CheckpointError& e) {
-      EXPECT_NE(std::string(e.what()).find("holds Adam optimizer state but the optimizer is SGD"), std::string::npos)
-          << e.what();
-    }
-    torch::optim::LBFGS lbfgs(sgd.model->parameters(), torch::optim::LBFGSOptions(1));
-    EXPECT_THROW(checkpoints.save({&*sgd.model, &lbfgs, nullptr}), CheckpointError);
-  });
-}
-
-TEST(CheckpointFailure, MissingParentDirectoriesAreCreated) {
-  const std::string dir = fresh_dir("nested") + "/runs/job/checkpoints";  // none of it exists yet
-  run_ranks(1, [&](std::shared_ptr<Context> ctx) {
-    Trainer t(ctx, "sgd", initial_parameters(1));
-    Checkpointer(dir, ctx, {.async = false}).save(t.state());
-  });
-  EXPECT_EQ(ckpt::verify_checkpoint(dir + "/step-00000000"), "");
-}
-
-TEST(CheckpointMismatch, NoCheckpointIsAFreshStart) {
-  const std::string dir = fresh_dir("empty");
-  run_ranks(2, [&](std::shared_ptr<Context> ctx) {
-    Trainer t(ctx, "sgd", initial_parameters(1));
-    Checkpointer checkpoints(dir, ctx);
-    EXPECT_FALSE(checkpoints.restore_latest(t.state()).has_value());
-    EXPECT_EQ(checkpoints.step(), 0);
-  });
 }
 
 }  // namespace
