@@ -39,7 +39,7 @@ struct Assignment {
 ///                                      last lines. It holds a deque and a raw status, local facts.
 ///   RoundFailure (here)                the same worker (WorkerIdentity) stamped with the round and
 ///                                      the time, its exit in words: plain values that go into a
-///                                      message to other agents (static/protocol.cpp), the failure
+///                                      message to other agents (protocol.cpp), the failure
 ///                                      history and the event log.
 /// The change happens once, in round_failure(), where the supervisor sees the worker end. Outcome,
 /// PeerEvent (coordinator.h) and RoundEnd are not further forms: they are envelopes that carry

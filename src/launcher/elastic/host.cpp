@@ -12,7 +12,8 @@
 #include "launcher/config/host_info.h"
 #include "launcher/elastic/membership.h"
 #include "runtime/duration_text.h"
-#include "launcher/static/protocol.h"
+#include "launcher/io/waiting.h"
+#include "launcher/protocol.h"
 #include "launcher/io/signal_pipe.h"
 
 namespace cohort::launcher {

@@ -6,7 +6,8 @@
 #include <iostream>
 #include <sstream>
 
-#include "launcher/static/protocol.h"
+#include "launcher/io/waiting.h"
+#include "launcher/protocol.h"
 #include "launcher/io/socket_util.h"
 
 namespace cohort::launcher {

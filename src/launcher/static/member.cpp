@@ -3,7 +3,8 @@
 #include <sstream>
 
 #include "launcher/static/coordinators.h"
-#include "launcher/static/protocol.h"
+#include "launcher/io/waiting.h"
+#include "launcher/protocol.h"
 
 namespace cohort::launcher {
 namespace {

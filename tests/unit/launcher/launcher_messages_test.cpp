@@ -8,7 +8,7 @@
 
 #include "launcher/io/channel.h"
 #include "launcher/io/message_check.h"
-#include "launcher/static/protocol.h"
+#include "launcher/protocol.h"
 
 using namespace cohort::launcher;
 using json = nlohmann::json;

@@ -1,27 +1,17 @@
-// launcher/static/protocol.h — pieces the two sides of the agents' protocol share (see
-// static/coordinators.h): a failure record as JSON, and waiting on channels between rounds.
+// launcher/io/waiting.h — waiting with a deadline: poll the signal pipe and some channels, and
+// the arithmetic of deadlines. Used by the rendezvous and the coordinators of both kinds of job.
 #pragma once
 
 #include <poll.h>
 
 #include <chrono>
-#include <nlohmann/json.hpp>
-#include <optional>
 #include <vector>
 
 #include "launcher/io/channel.h"
-#include "launcher/round.h"
 
 namespace cohort::launcher {
 
 class SignalPipe;
-
-nlohmann::json failure_to_json(const RoundFailure& failure);
-/// The "failure" member of a message, if it has one.
-std::optional<RoundFailure> failure_from(const nlohmann::json& message);
-
-/// The round a message is about (-1 when it names none).
-inline int round_of(const nlohmann::json& message) { return message.value("round", -1); }
 
 /// True when poll() marked `fd` readable, hung up or in error.
 bool is_ready(const std::vector<pollfd>& fds, int fd);
