@@ -10,8 +10,9 @@
 #
 #   bench/checkpoint/snapshot_overhead.sh [ROUNDS (default 5)] [CNN_STEPS (default 400)] [GPT_STEPS (default 60)]
 #
-# COHORT_BUILD names the build directory (default: build). Every run also checks its result: both
-# ranks report the same parameter checksum, with and without snapshots alike.
+# COHORT_BUILD names the build directory (default: build); MODELS the models measured (default
+# "cnn gpt"). Every run also checks its result: both ranks report the same parameter checksum,
+# with and without snapshots alike.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rounds=${1:-5}
@@ -55,7 +56,7 @@ print(r0.get("samples_per_s", r0.get("tokens_per_s")), r0["param_checksum"], sys
 }
 
 echo "snapshot overhead: 2 ranks x 1 thread, $rounds rounds; machine: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
-for model in cnn gpt; do
+for model in ${MODELS:-cnn gpt}; do
   off=(); on=(); peaks=(); sums=()
   for ((i = 0; i < rounds; i++)); do
     read -r a sa _ <<<"$(run "$model" 0 "$i")"

@@ -68,6 +68,10 @@ class Checkpointer::Impl {
 
   // --- write (save_write.cpp): the background writer, or the caller for synchronous saves --------
   void write_and_commit(const SaveJob& job);
+  /// Whether this rank writes files for `job` (else its whole share is the part it reports).
+  bool writes_files(const SaveJob& job) const;
+  /// What this rank reports to rank 0 for `job`: its RNG state and its own state's text.
+  nlohmann::json part_of(const SaveJob& job) const;
   std::vector<ckpt::ManifestFile> write_files(const SaveJob& job, const std::string& path);
   void start(SaveJob job);
   bool busy() const { return writer_.joinable() && !finished_; }
@@ -89,6 +93,16 @@ class Checkpointer::Impl {
   // the main thread's, and a commit may wait on it for minutes.
   c10::intrusive_ptr<c10d::Store>& store();
   void retire_old();
+  // Snapshots: this rank's retired files wait in a directory of their own (not a step-*: nothing
+  // lists or restores it) for the next snapshot to overwrite them in place. On tmpfs the pages are
+  // the storage: a snapshot every step then allocates, zeroes and frees none (AtomicWriter's reuse).
+  std::string spare_dir() const { return owner_.dir_ + "/.spare-" + std::to_string(rank_); }
+  // Uncommits a retired snapshot (its manifest goes first, durably) and moves the files this rank
+  // writes into spare_dir(); remove_checkpoint() takes the rest.
+  void keep_pages_of(const std::string& retired);
+  // The names of the files this rank writes into a save (model and optimizer where it writes the
+  // replicated state; its shard or rank-state file).
+  std::vector<std::string> own_file_names() const;
   // Snapshots on several machines, each machine's copy (snapshot_sharing.h): rank 0 commits as
   // always and hands its manifest to the other machines' writers through the store, sealed like
   // the parts (a manifest carries the sampler, optimizer and RNG state, which restore applies as

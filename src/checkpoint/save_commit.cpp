@@ -1,13 +1,21 @@
 // Steps 3 and 4 of a save (checkpointer.cpp): every rank reports its part through the store,
 // rank 0 waits for all of them and writes the manifest (the commit), retention follows. Snapshots
 // on several machines: the other machines' writers adopt rank 0's manifest.
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <stdexcept>
 #include <thread>
 
 #include "checkpoint/storage/checkpoint_dir.h"
 #include "checkpoint/commit_parts.h"
+#include "checkpoint/format/rank_state_file.h"
 #include "checkpoint/storage/file_io.h"
 #include "cohort/error.h"
 #include "checkpoint/checkpointer_impl.h"
@@ -19,6 +27,25 @@ namespace {
 int64_t now_unix_ms() {
   using namespace std::chrono;
   return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+// Waits until every key is set. c10d's FileStore (the store of a job on one machine) waits in
+// sleeps of 10 ms, which a snapshot committed at every step of a 30 ms step cannot afford: there
+// the keys are polled with a short backoff (a check is an open, a shared lock and a read of what
+// was appended). The TCPStore's server answers a wait as soon as the keys are set.
+void wait_for_keys(c10d::Store& store, const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+  if (dynamic_cast<c10d::FileStore*>(&store) == nullptr) {
+    store.wait(keys, timeout);
+    return;
+  }
+  using clock = std::chrono::steady_clock;
+  const auto deadline = clock::now() + timeout;
+  auto pause = std::chrono::microseconds(50);
+  while (!store.check(keys)) {
+    if (clock::now() > deadline) throw std::runtime_error("keys not set within the timeout");
+    std::this_thread::sleep_for(pause);
+    pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(2));
+  }
 }
 
 }  // namespace
@@ -135,7 +162,7 @@ std::vector<nlohmann::json> Checkpointer::Impl::collect_parts(const SaveJob& job
                                       " within " + std::to_string(timeout.count() / 1000) + " s");
   };
   try {
-    s->wait(keys, timeout);
+    wait_for_keys(*s, keys, timeout);
   } catch (const std::exception&) {
     std::string missing;
     for (int r = 0; r < world; ++r)
@@ -190,8 +217,32 @@ c10::intrusive_ptr<c10d::Store>& Checkpointer::Impl::store() {
 void Checkpointer::Impl::retire_old() {
   const auto listed = ckpt::list_checkpoints(owner_.dir_, /*read_manifests=*/!is_snapshots_);
   const int keep = owner_.options_.keep_last > 0 ? owner_.options_.keep_last : 1 << 30;
-  for (const auto& path : ckpt::retired_checkpoints(listed, keep, owner_.options_.keep_every_steps))
+  for (const auto& path : ckpt::retired_checkpoints(listed, keep, owner_.options_.keep_every_steps)) {
+    if (is_snapshots_) keep_pages_of(path);
     if (!ckpt::remove_checkpoint(path)) detail::log_warn("could not fully remove old checkpoint " + path);
+  }
+}
+
+std::vector<std::string> Checkpointer::Impl::own_file_names() const {
+  std::vector<std::string> names;
+  if (writes_replicated_) names = {"model.safetensors", "optimizer.safetensors"};
+  names.push_back(ckpt::per_rank_file_name("shard", rank_, ctx_.world_size()));
+  names.push_back(ckpt::per_rank_file_name("rank", rank_, ctx_.world_size()));
+  return names;
+}
+
+void Checkpointer::Impl::keep_pages_of(const std::string& retired) {
+  // Uncommitted first: a manifest must never list a file that is gone.
+  if (::unlink((retired + "/" + ckpt::kManifestName).c_str()) != 0 && errno != ENOENT) return;
+  try {
+    ckpt::fsync_dir(retired, rank_);
+  } catch (const std::exception&) {
+    return;  // remove_checkpoint() then removes it all
+  }
+  const std::string spare = spare_dir();
+  if (::mkdir(spare.c_str(), 0700) != 0 && errno != EEXIST) return;
+  for (const auto& name : own_file_names())  // a file of the same name waiting there is replaced
+    ::rename((retired + "/" + name).c_str(), (spare + "/" + name).c_str());
 }
 
 }  // namespace cohort

@@ -36,13 +36,22 @@ Checkpointer::Impl::~Impl() {
   if (writer_.joinable()) writer_.join();
 }
 
-void Checkpointer::Impl::write_and_commit(const SaveJob& job) {
-  const std::string path = owner_.dir_ + "/" + ckpt::step_dir_name(job.step);
+bool Checkpointer::Impl::writes_files(const SaveJob& job) const {
+  return writes_replicated_ || job.sharded || job.has_rank_state;
+}
+
+nlohmann::json Checkpointer::Impl::part_of(const SaveJob& job) const {
   nlohmann::json part{{"rank", rank_}, {"rng_cpu", job.rng.cpu}, {"rng_cuda", job.rng.cuda}};
   if (job.has_rank_state) part["rank_state"] = job.rank_text;
+  return part;
+}
+
+void Checkpointer::Impl::write_and_commit(const SaveJob& job) {
+  const std::string path = owner_.dir_ + "/" + ckpt::step_dir_name(job.step);
+  nlohmann::json part = part_of(job);
   std::vector<ckpt::ManifestFile> files;
   try {
-    if (writes_replicated_ || job.sharded || job.has_rank_state) files = write_files(job, path);
+    if (writes_files(job)) files = write_files(job, path);
   } catch (const Error& e) {
     part["error"] = e.what();
     report(job, part);
@@ -95,14 +104,18 @@ std::vector<ckpt::ManifestFile> Checkpointer::Impl::write_files(const SaveJob& j
     files.push_back(f);
   };
   const bool direct = !is_snapshots_;  // O_DIRECT on tmpfs only adds the aligned buffers' copies and an I/O thread
+  // Snapshots overwrite this rank's retired files in place (spare_dir()); checkpoints on disk make new ones.
+  auto write = [&](const std::string& name, const ckpt::NamedTensors& tensors) {
+    const std::string reuse = is_snapshots_ ? spare_dir() + "/" + name : "";
+    return ckpt::write_tensor_file(path, name, tensors, rank_, direct, reuse);
+  };
   try {
     if (writes_replicated_) {
-      add(ckpt::write_tensor_file(path, "model.safetensors", job.model, rank_, direct), "model");
-      if (!job.optimizer_json.empty() && !job.sharded)
-        add(ckpt::write_tensor_file(path, "optimizer.safetensors", job.optimizer, rank_, direct), "optimizer");
+      add(write("model.safetensors", job.model), "model");
+      if (!job.optimizer_json.empty() && !job.sharded) add(write("optimizer.safetensors", job.optimizer), "optimizer");
     }
-    if (job.sharded) add(ckpt::write_tensor_file(path, shard_name, job.shard, rank_, direct), "shard");
-    if (job.has_rank_state) add(ckpt::write_tensor_file(path, rank_name, job.rank_tensors, rank_, direct), "rank_state");
+    if (job.sharded) add(write(shard_name, job.shard), "shard");
+    if (job.has_rank_state) add(write(rank_name, job.rank_tensors), "rank_state");
     ckpt::fsync_dir(path, rank_);
   } catch (const Error&) {
     for (const auto& f : files) ::unlink((path + "/" + f.name).c_str());
@@ -113,6 +126,18 @@ std::vector<ckpt::ManifestFile> Checkpointer::Impl::write_files(const SaveJob& j
 }
 
 void Checkpointer::Impl::start(SaveJob job) {
+  if (!writes_files(job) && rank_ != 0) {
+    // Nothing to write here (a replicated model on a rank other than its writer): the rank's part
+    // is its RNG state, reported now. A thread per save only to set one key cost a snapshot every
+    // step its start and, on a busy machine, a wait for the scheduler before rank 0 could commit.
+    try {
+      report(job, part_of(job));
+    } catch (const std::exception& e) {  // as from the writer: reported by the next join()
+      std::lock_guard<std::mutex> lock(mutex_);
+      pending_error_ = e.what();
+    }
+    return;
+  }
   finished_ = false;
   writer_ = std::thread([this, job = std::move(job)] {
     try {

@@ -45,7 +45,7 @@ c10::ScalarType torch_dtype(const std::string& dtype) {
 }
 
 FileRecord write_tensor_file(const std::string& dir, const std::string& name, const NamedTensors& tensors, int rank,
-                             bool allow_direct) {
+                             bool allow_direct, const std::string& reuse) {
   std::vector<TensorEntry> entries;
   entries.reserve(tensors.size());
   for (const auto& [tensor_name, t] : tensors) {
@@ -53,7 +53,7 @@ FileRecord write_tensor_file(const std::string& dir, const std::string& name, co
     entries.push_back({tensor_name, safetensors_dtype(t.scalar_type(), rank), t.sizes().vec(), 0, 0});
   }
   const std::string header = build_header(entries, {{"format", "pt"}, {"writer", "cohort"}});
-  AtomicWriter out(dir, name, rank, allow_direct);
+  AtomicWriter out(dir, name, rank, allow_direct, reuse);
   out.write(header.data(), header.size());
   for (const auto& [tensor_name, t] : tensors) out.write(t.data_ptr(), t.nbytes());
   return out.finish();

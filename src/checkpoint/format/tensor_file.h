@@ -22,8 +22,9 @@ c10::ScalarType torch_dtype(const std::string& dtype);
 
 /// Writes CPU, contiguous tensors (the caller's snapshot) as dir/name, atomically. `allow_direct`
 /// false keeps to the page cache (AtomicWriter): for tmpfs, where the page cache is the storage.
+/// `reuse`: a retired file to overwrite in place (AtomicWriter's).
 FileRecord write_tensor_file(const std::string& dir, const std::string& name, const NamedTensors& tensors, int rank,
-                             bool allow_direct = true);
+                             bool allow_direct = true, const std::string& reuse = "");
 
 /// A committed safetensors file, verified against its manifest entry at construction (one pass
 /// through a small buffer that checks its size and XXH3-64, parses its header and hashes each

@@ -57,10 +57,24 @@ Hasher::~Hasher() = default;
 void Hasher::update(const void* data, size_t bytes) { XXH3_64bits_update(state_->s, data, bytes); }
 uint64_t Hasher::digest() const { return XXH3_64bits_digest(state_->s); }
 
-AtomicWriter::AtomicWriter(const std::string& dir, const std::string& name, int rank, bool allow_direct)
+AtomicWriter::AtomicWriter(const std::string& dir, const std::string& name, int rank, bool allow_direct,
+                           const std::string& reuse)
     : dir_(dir), name_(name), rank_(rank) {
   tmp_path_ = dir + "/" + name + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(g_tmp_counter++);
   constexpr int kFlags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
+  if (!reuse.empty() && ::rename(reuse.c_str(), tmp_path_.c_str()) == 0) {
+    // Regular files only (the rename took whatever had the name); anything else is dropped and a
+    // new file made.
+    fd_ = ::open(tmp_path_.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+    struct stat st {};
+    if (fd_ >= 0 && ::fstat(fd_, &st) == 0 && S_ISREG(st.st_mode)) {
+      reused_ = true;
+      return;
+    }
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+    ::unlink(tmp_path_.c_str());
+  }
   if (allow_direct && direct_io_wanted()) {
     fd_ = ::open(tmp_path_.c_str(), kFlags | O_DIRECT, 0644);
     if (fd_ >= 0) {
@@ -128,6 +142,8 @@ FileRecord AtomicWriter::finish() {
     if (const int err = direct_->finish()) fail("write", err);
     direct_.reset();
   }
+  // A taken-over file may have been longer: its tail is not this file's.
+  if (reused_ && ::ftruncate(fd_, static_cast<off_t>(bytes_)) != 0) fail("truncate", errno);
   // fsync before rename: otherwise a crash can leave the final name pointing at unwritten blocks
   // (with O_DIRECT too: the file's size and extents, and the device's write cache).
   if (::fsync(fd_) != 0) fail("fsync", errno);

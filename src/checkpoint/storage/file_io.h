@@ -49,7 +49,13 @@ class Hasher {
 class AtomicWriter {
  public:
   /// `allow_direct`: O_DIRECT where the file system takes it (and COHORT_CKPT_DIRECT_IO is not 0).
-  AtomicWriter(const std::string& dir, const std::string& name, int rank, bool allow_direct = true);
+  /// `reuse`: a regular file no checkpoint lists any more (a retired snapshot's), taken over as the
+  /// temporary file and overwritten in place when it can be (else a new file is made): on tmpfs its
+  /// pages are the storage, and writing into them spares allocating, zeroing and freeing as many.
+  AtomicWriter(const std::string& dir, const std::string& name, int rank, bool allow_direct = true,
+               const std::string& reuse = "");
+  /// Whether the file was taken over from `reuse`.
+  bool reused() const { return reused_; }
   /// Whether the bytes go to the device with O_DIRECT (else through the page cache).
   bool direct() const { return direct_ != nullptr; }
   ~AtomicWriter();
@@ -64,6 +70,7 @@ class AtomicWriter {
   std::string dir_, name_, tmp_path_;
   int rank_;
   int fd_ = -1;
+  bool reused_ = false;  // fd_ is a taken-over file: finish() cuts it to the bytes written
   uint64_t bytes_ = 0;
   Hasher hasher_;
   std::unique_ptr<DirectWriter> direct_;  // null: through the page cache

@@ -4,6 +4,7 @@
 // dropped when a restore goes back further, and no snapshots where they cannot work. Ranks are
 // threads (thread_ranks.h); the kills of real workers are in tests/integration/recovery_test.cpp.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <torch/torch.h>
 
 #include <filesystem>
@@ -154,6 +155,47 @@ TEST(Snapshots, ATornOrCorruptSnapshotIsSkippedForTheNextSafestSource) {
   expect_equal(r.params, after[4]);
   // Back at 4, the snapshots of 5 and 6 belong to a history the job no longer has.
   EXPECT_TRUE(committed_steps(memory).empty());
+  fs::remove_all(disk);
+  fs::remove_all(memory);
+}
+
+// A snapshot overwrites the files of the one it retired in place (on tmpfs their pages are the
+// storage: then no page is allocated, zeroed and freed per step), and the files waiting for that
+// are never a snapshot. On tmpfs, where a new file always gets a new inode number, an inode that
+// comes back three steps later is a file written again in place.
+TEST(Snapshots, TheRetiredFilesAreOverwrittenInPlaceByTheNextOnes) {
+  if (!fs::is_directory("/dev/shm")) GTEST_SKIP() << "no /dev/shm (tmpfs) on this machine";
+  const fs::path disk = fresh("reuse_disk");
+  const fs::path memory = fs::path("/dev/shm") / ("cohort_snapshot_reuse_" + std::to_string(::getpid()));
+  fs::remove_all(memory);
+  const auto batches = make_batches(8, 8);
+  std::vector<std::pair<ino_t, ino_t>> files;  // the newest committed snapshot's model and optimizer
+  run_ranks(kWorld, [&](std::shared_ptr<Context> ctx) {
+    SnapshotTrainer t(ctx);
+    Checkpointer checkpoints(disk.string(), ctx, {.snapshot_every_steps = 1, .snapshot_dir = memory.string()});
+    for (int s = 0; s < 8; ++s) {
+      t.step(batches[s]);
+      checkpoints.maybe_save(t.state());  // waits for the previous step's snapshot: committed now
+      if (t.rank != 0 || s == 0) continue;
+      const fs::path newest = snapshot_step(memory, s);
+      struct stat model {}, optimizer {};
+      ASSERT_EQ(::stat((newest / "model.safetensors").c_str(), &model), 0) << newest;
+      ASSERT_EQ(::stat((newest / "optimizer.safetensors").c_str(), &optimizer), 0) << newest;
+      files.emplace_back(model.st_ino, optimizer.st_ino);
+    }
+    checkpoints.wait();
+    EXPECT_EQ(checkpoints.last_error(), "");
+  }, kOneMachine);
+  ASSERT_EQ(files.size(), 7u);  // steps 1..7
+  for (size_t k = 3; k < files.size(); ++k) {
+    EXPECT_EQ(files[k].first, files[k - 3].first) << "step " << k + 1 << "'s model file is not step " << k - 2 << "'s";
+    EXPECT_EQ(files[k].second, files[k - 3].second) << "step " << k + 1 << "'s optimizer file";
+  }
+  EXPECT_NE(files[1].first, files[0].first);
+  EXPECT_EQ(committed_steps(memory), (std::set<int64_t>{7, 8}));  // the waiting files are no step
+  const Restored r = restore(disk, memory);
+  EXPECT_EQ(r.step, 8);
+  EXPECT_TRUE(r.from_snapshot);
   fs::remove_all(disk);
   fs::remove_all(memory);
 }
