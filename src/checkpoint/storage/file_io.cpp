@@ -62,9 +62,11 @@ AtomicWriter::AtomicWriter(const std::string& dir, const std::string& name, int 
     : dir_(dir), name_(name), rank_(rank) {
   tmp_path_ = dir + "/" + name + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(g_tmp_counter++);
   constexpr int kFlags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
-  if (!reuse.empty() && ::rename(reuse.c_str(), tmp_path_.c_str()) == 0) {
-    // Regular files only (the rename took whatever had the name); anything else is dropped and a
-    // new file made.
+  struct stat reused {};
+  if (!reuse.empty() && ::lstat(reuse.c_str(), &reused) == 0 && S_ISREG(reused.st_mode) &&
+      ::rename(reuse.c_str(), tmp_path_.c_str()) == 0) {
+    // Regular files only: checked again on the open file (the name may have changed in between);
+    // anything else is dropped and a new file made.
     fd_ = ::open(tmp_path_.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
     struct stat st {};
     if (fd_ >= 0 && ::fstat(fd_, &st) == 0 && S_ISREG(st.st_mode)) {

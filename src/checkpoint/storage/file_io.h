@@ -54,8 +54,6 @@ class AtomicWriter {
   /// pages are the storage, and writing into them spares allocating, zeroing and freeing as many.
   AtomicWriter(const std::string& dir, const std::string& name, int rank, bool allow_direct = true,
                const std::string& reuse = "");
-  /// Whether the file was taken over from `reuse`.
-  bool reused() const { return reused_; }
   /// Whether the bytes go to the device with O_DIRECT (else through the page cache).
   bool direct() const { return direct_ != nullptr; }
   ~AtomicWriter();

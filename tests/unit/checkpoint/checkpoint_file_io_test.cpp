@@ -1,7 +1,7 @@
 // The checkpoint files' writer (checkpoint/storage/file_io.h, direct_writer.h): every byte lands exactly,
 // at sizes around the block and buffer boundaries and in uneven pieces, with the hash of what was
 // written — through O_DIRECT where the file system takes it (here: the temp directory's ext4) and
-// through the page cache; and O_DIRECT really bypasses the page cache.
+// through the page cache; and O_DIRECT really bypasses the page cache; a retired file taken over.
 // No torch.
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -132,5 +132,42 @@ TEST(CheckpointFileWriter, ODirectLeavesThePageCacheAlone) {
   const size_t pages = data.size() / static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   EXPECT_EQ(cached_pages(dir + "/buffered"), pages) << "the yardstick: a buffered write is all in the page cache";
   EXPECT_EQ(cached_pages(dir + "/direct"), 0u) << "the checkpoint writer went through the page cache";
+  fs::remove_all(dir);
+}
+
+// A retired file taken over (snapshots' pages written in place): the same inode, overwritten from
+// the start and cut to what was written, the old name gone. A reuse path that is not a regular
+// file (a symbolic link, a directory) is left as it is and a new file made.
+TEST(CheckpointFileWriter, ATakenOverFileIsOverwrittenAndCutAndOnlyRegularFilesAreTaken) {
+  const std::string dir = fresh_dir(fs::temp_directory_path(), "reuse");
+  const std::string old_file = dir + "/old";
+  std::ofstream(old_file) << std::string(100, 'x');
+  struct stat before {};
+  ASSERT_EQ(::stat(old_file.c_str(), &before), 0);
+  const std::string text = "0123456789";
+  {
+    AtomicWriter w(dir, "new", 0, /*allow_direct=*/false, old_file);
+    w.write(text.data(), text.size());
+    const FileRecord r = w.finish();
+    EXPECT_EQ(r.bytes, text.size());
+  }
+  struct stat after {};
+  ASSERT_EQ(::stat((dir + "/new").c_str(), &after), 0);
+  EXPECT_EQ(after.st_ino, before.st_ino);
+  EXPECT_EQ(after.st_size, static_cast<off_t>(text.size()));
+  EXPECT_FALSE(fs::exists(old_file));
+  std::ifstream in(dir + "/new");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), text);
+
+  fs::create_symlink(dir + "/new", dir + "/link");
+  fs::create_directory(dir + "/a_directory");
+  for (const char* odd : {"link", "a_directory"}) {
+    AtomicWriter w(dir, std::string("from_") + odd, 0, false, dir + "/" + odd);
+    w.write(text.data(), text.size());
+    w.finish();
+    EXPECT_TRUE(fs::exists(fs::symlink_status(dir + "/" + odd))) << odd << " was taken";
+    EXPECT_EQ(fs::file_size(dir + "/from_" + odd), text.size()) << odd;
+  }
+  EXPECT_EQ(fs::file_size(dir + "/new"), text.size());  // the link's target untouched
   fs::remove_all(dir);
 }
