@@ -97,9 +97,6 @@ class Checkpointer::Impl {
   // lists or restores it) for the next snapshot to overwrite them in place. On tmpfs the pages are
   // the storage: a snapshot every step then allocates, zeroes and frees none (AtomicWriter's reuse).
   std::string spare_dir() const { return owner_.dir_ + "/.spare-" + std::to_string(rank_); }
-  // Uncommits a retired snapshot (its manifest goes first, durably) and moves the files this rank
-  // writes into spare_dir(); remove_checkpoint() takes the rest.
-  void keep_pages_of(const std::string& retired);
   // The names of the files this rank writes into a save (model and optimizer where it writes the
   // replicated state; its shard or rank-state file).
   std::vector<std::string> own_file_names() const;

@@ -217,10 +217,14 @@ c10::intrusive_ptr<c10d::Store>& Checkpointer::Impl::store() {
 void Checkpointer::Impl::retire_old() {
   const auto listed = ckpt::list_checkpoints(owner_.dir_, /*read_manifests=*/!is_snapshots_);
   const int keep = owner_.options_.keep_last > 0 ? owner_.options_.keep_last : 1 << 30;
-  for (const auto& path : ckpt::retired_checkpoints(listed, keep, owner_.options_.keep_every_steps)) {
-    if (is_snapshots_) keep_pages_of(path);
-    if (!ckpt::remove_checkpoint(path)) detail::log_warn("could not fully remove old checkpoint " + path);
-  }
+  const auto retired = ckpt::retired_checkpoints(listed, keep, owner_.options_.keep_every_steps);
+  // Snapshots keep this rank's files of what they retire for the next one (spare_dir()).
+  std::string spare;
+  if (is_snapshots_ && !retired.empty() && (::mkdir(spare_dir().c_str(), 0700) == 0 || errno == EEXIST))
+    spare = spare_dir();
+  for (const auto& path : retired)
+    if (!ckpt::remove_checkpoint(path, own_file_names(), spare))
+      detail::log_warn("could not fully remove old checkpoint " + path);
 }
 
 std::vector<std::string> Checkpointer::Impl::own_file_names() const {
@@ -231,18 +235,5 @@ std::vector<std::string> Checkpointer::Impl::own_file_names() const {
   return names;
 }
 
-void Checkpointer::Impl::keep_pages_of(const std::string& retired) {
-  // Uncommitted first: a manifest must never list a file that is gone.
-  if (::unlink((retired + "/" + ckpt::kManifestName).c_str()) != 0 && errno != ENOENT) return;
-  try {
-    ckpt::fsync_dir(retired, rank_);
-  } catch (const std::exception&) {
-    return;  // remove_checkpoint() then removes it all
-  }
-  const std::string spare = spare_dir();
-  if (::mkdir(spare.c_str(), 0700) != 0 && errno != EEXIST) return;
-  for (const auto& name : own_file_names())  // a file of the same name waiting there is replaced
-    ::rename((retired + "/" + name).c_str(), (spare + "/" + name).c_str());
-}
 
 }  // namespace cohort

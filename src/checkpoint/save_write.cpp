@@ -89,8 +89,8 @@ std::vector<ckpt::ManifestFile> Checkpointer::Impl::write_files(const SaveJob& j
     if (::unlink((path + "/" + ckpt::kManifestName).c_str()) == 0) ckpt::fsync_dir(path, rank_);
     // A save of this step killed mid-write left temporary files of the names this rank writes
     // (rank 0 also writes the manifest).
-    std::vector<std::string> own{shard_name, rank_name};
-    if (writes_replicated_) own.insert(own.end(), {"model.safetensors", "optimizer.safetensors", ckpt::kManifestName});
+    std::vector<std::string> own = own_file_names();
+    if (writes_replicated_) own.push_back(ckpt::kManifestName);
     ckpt::remove_temporaries(path, own);
   }
   // The new directory's entry is durable before its commit (with per-rank files, any rank may have made it).

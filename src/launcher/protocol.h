@@ -1,5 +1,6 @@
-// launcher/protocol.h — pieces the two sides of the agents' protocol share (see
-// static/coordinators.h): a failure record as JSON, and waiting on channels between rounds.
+// launcher/protocol.h — pieces of the agents' protocol that both kinds of job share, static
+// (static/coordinators.h) and elastic (elastic/coordinators.h): a failure record as JSON and the
+// round a message is about. Waiting on channels and deadlines is io/waiting.h.
 #pragma once
 
 #include <nlohmann/json.hpp>

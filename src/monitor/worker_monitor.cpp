@@ -100,7 +100,7 @@ void append_json_number(std::string& out, double v) {
   out.append(buf, res.ptr);
 }
 
-std::string metrics_message(const StepRecord& r, const MonitorIdentity& who) {
+std::string metrics_message(const StepRecord& r, const WorkerIdentity& who) {
   std::string out;
   out.reserve(512);
   auto key = [&](const char* k) {
@@ -183,14 +183,14 @@ void StepMonitor::set_identity(int rank, int world_size, int restart_count) {
   identity_set_ = true;
 }
 
-MonitorIdentity StepMonitor::identity() const {
+WorkerIdentity StepMonitor::identity() const {
   std::lock_guard<std::mutex> lock(mu_);
   return identity_locked();
 }
 
-MonitorIdentity StepMonitor::identity_locked() const {
+WorkerIdentity StepMonitor::identity_locked() const {
   if (identity_set_) return identity_;
-  MonitorIdentity who = process_identity().value_or(identity_);
+  WorkerIdentity who = process_identity().value_or(identity_);
   who.pid = identity_.pid;  // this process's, also before init()
   return who;
 }
@@ -314,7 +314,7 @@ void StepMonitor::step(std::optional<int64_t> number, std::vector<std::pair<std:
   r.comm_s = static_cast<double>(comm.gradient_busy_us) / 1e6;
   const int64_t hook_input = hook_input_bytes_.exchange(0, relaxed);
   if (hook_input > 0 && comm.gradient_bytes > 0) r.compression = static_cast<double>(hook_input) / comm.gradient_bytes;
-  MonitorIdentity who;
+  WorkerIdentity who;
   {
     std::lock_guard<std::mutex> lock(mu_);
     who = identity_locked();
@@ -354,7 +354,7 @@ void StepMonitor::send_event(const std::string& kind, int64_t step, const std::s
                              const std::string& fields_json) {
   AgentLink* link = agent_link();
   if (!link) return;
-  const MonitorIdentity who = identity();
+  const WorkerIdentity who = identity();
   nlohmann::json j = {{"type", "event"}, {"pid", who.pid},     {"rank", who.rank}, {"t", wall_seconds()},
                       {"kind", kind},    {"step", step},       {"message", message}};
   if (!fields_json.empty()) {

@@ -33,9 +33,6 @@
 
 namespace cohort::detail {
 
-/// Who sends: the header of every message (runtime/worker_identity.h).
-using MonitorIdentity = WorkerIdentity;
-
 class StepMonitor {
  public:
   explicit StepMonitor(const MonitorOptions& options);
@@ -49,7 +46,7 @@ class StepMonitor {
   /// Ranks as threads: each reducer's monitor is told its rank. Without a call the monitor
   /// reports the identity init() recorded for the process (runtime/worker_identity.h).
   void set_identity(int rank, int world_size, int restart_count);
-  MonitorIdentity identity() const;
+  WorkerIdentity identity() const;
   /// A reducer's parameters live on this CUDA device: the record then carries its memory.
   void note_cuda_device(int index) { cuda_device_.store(index, std::memory_order_relaxed); }
 
@@ -117,9 +114,9 @@ class StepMonitor {
   std::atomic<int64_t> warnings_{0};
 
   mutable std::mutex mu_;  // below
-  MonitorIdentity identity_;
+  WorkerIdentity identity_;
   bool identity_set_ = false;  // set_identity() was called; else the process's identity
-  MonitorIdentity identity_locked() const;
+  WorkerIdentity identity_locked() const;
   std::optional<StepRecord> last_;
   int64_t rss_cached_ = 0;
   int64_t rss_read_ns_ = 0;
@@ -135,7 +132,7 @@ StepMonitor& current_step_monitor();
 
 /// The "metrics" message for `r` (docs/monitoring.md): one JSON object, non-finite numbers as the
 /// strings "nan", "inf", "-inf".
-std::string metrics_message(const StepRecord& r, const MonitorIdentity& who);
+std::string metrics_message(const StepRecord& r, const WorkerIdentity& who);
 /// Appends `v` as JSON: the shortest text that reads back to the same double, or a string for
 /// a non-finite value.
 void append_json_number(std::string& out, double v);

@@ -123,7 +123,7 @@ std::string verify_checkpoint(const std::string& path) {
   return {};
 }
 
-bool remove_checkpoint(const std::string& path) {
+bool remove_checkpoint(const std::string& path, const std::vector<std::string>& keep, const std::string& keep_dir) {
   bool clean = true;
   const std::string manifest = path + "/" + kManifestName;
   if (::unlink(manifest.c_str()) == 0) {
@@ -133,7 +133,11 @@ bool remove_checkpoint(const std::string& path) {
       clean = false;
     }
   }
-  for (const auto& name : entries_of(path)) clean &= ::unlink((path + "/" + name).c_str()) == 0;
+  for (const auto& name : entries_of(path)) {
+    const bool kept = !keep_dir.empty() && std::find(keep.begin(), keep.end(), name) != keep.end() &&
+                      ::rename((path + "/" + name).c_str(), (keep_dir + "/" + name).c_str()) == 0;
+    clean &= kept || ::unlink((path + "/" + name).c_str()) == 0;
+  }
   clean &= ::rmdir(path.c_str()) == 0;
   return clean;
 }

@@ -41,8 +41,11 @@ std::string check_file_contents(const ManifestFile& expected, const char* data, 
 
 /// Removes a checkpoint so that no crash leaves it looking valid: the manifest goes first (and
 /// that is made durable), then the files and the directory. Errors are ignored but counted in the
-/// return value (false: something remained).
-bool remove_checkpoint(const std::string& path);
+/// return value (false: something remained). Files named in `keep` are moved into `keep_dir` (an
+/// existing directory) instead of removed: a retired snapshot's pages, kept for the next one to
+/// overwrite (the Checkpointer's spare_dir()).
+bool remove_checkpoint(const std::string& path, const std::vector<std::string>& keep = {},
+                       const std::string& keep_dir = "");
 
 /// Removes `<name>.tmp-*` files in `path` for each of `names`: what an interrupted writer of those
 /// names left behind. Only the writer of a name calls this, so it cannot hit a write in progress.
