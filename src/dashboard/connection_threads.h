@@ -1,14 +1,11 @@
-// dashboard/connection_threads.h — the HTTP server's task queue: one thread per connection.
+// dashboard/connection_threads.h — threads for the requests being answered: one per connection.
 //
-// httplib's own ThreadPool gives a fixed number of threads, each held by its connection until
-// the request has been read. A client that drip-feeds its request a byte at a time (never idle
-// for the 5 s read timeout) holds a thread for as long as it likes: 24 such connections stopped
-// the dashboard answering at all (issue 22's probe). Here every connection gets a thread of its
-// own, up to `max_threads` at once; a thread parked in a read costs a few pages of memory, so the
-// limit is high (ConnectionThreads' users choose it) and an attack has to be that many
-// connections wide before the page waits. Work beyond the limit waits in a queue, served by the
-// first thread that is done. What this does not do: bound a connection's total time (httplib
-// gives no hook between accept and the request being read).
+// The request gate (request_gate.h) hands a connection over once its request headers are in, so a
+// thread here reads a complete request and answers it at once; only a live stream holds its thread
+// for long (and the server allows 16 of those). Each connection gets a thread of its own, up to
+// `max_threads` at once; beyond that, work waits in a queue, served by the first thread that is
+// done. (Before the gate, httplib's fixed pool of 24 threads, each held by a connection until its
+// request had been read, was what 24 drip-feeding clients took away: issue 22's probe.)
 #pragma once
 
 #include <httplib.h>

@@ -1,6 +1,8 @@
 // dashboard/server.cpp — the dashboard's and /metrics' HTTP server on cpp-httplib (see server.h).
 //
-// Threads: one accepts (listen_after_bind), each connection gets its own (connection_threads.h).
+// Threads: one accepts (listen_after_bind) and hands each connection to the request gate
+// (request_gate.h), where it waits without a thread until its request headers are in; then it is
+// read and answered on a thread of its own (connection_threads.h).
 // A live stream (/api/stream) holds its connection's thread while it is open; it waits on its Hub
 // subscription in short slices, so that ~Server can end every stream — after sending what is
 // still queued — within a fraction of a second, and then wait for the threads.
@@ -10,6 +12,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -26,7 +29,7 @@
 
 #include "cohort/error.h"
 #include "dashboard/assets.h"
-#include "dashboard/connection_threads.h"
+#include "dashboard/gated_http_server.h"
 #include "hub/hub.h"
 #include "runtime/net/net_util.h"
 #include "sim/calibrate.h"
@@ -43,7 +46,6 @@ constexpr auto kKeepAlive = std::chrono::seconds(15);          // comment line o
 constexpr int kStreamRetryMs = 2000;                          // the browser's reconnection delay
 constexpr int kBatch = 256;                                   // queued messages sent in one write
 constexpr int kMaxStreams = 16;                               // live streams at once (each holds a thread)
-constexpr size_t kConnectionThreads = 256;  // far more than real clients: slow ones cannot take all
 
 const char* const kContentSecurityPolicy =
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
@@ -82,6 +84,19 @@ bool is_loopback_host(const std::string& host) {
   }
   freeaddrinfo(found);
   return all;
+}
+
+/// Connections may wait for their headers up to half the process's open-file limit (at most 4096):
+/// beyond it, the oldest waiter is closed, so that an attack never leaves accept() without a
+/// descriptor for the page's own requests.
+RequestGateOptions gate_options(const ServerOptions& options) {
+  RequestGateOptions gate;
+  gate.deadline = options.request_deadline;
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY) {
+    gate.max_parked = std::clamp<size_t>(files.rlim_cur / 2, 16, gate.max_parked);
+  }
+  return gate;
 }
 
 bool is_wildcard(const std::string& host) { return host.empty() || host == "0.0.0.0" || host == "::" || host == "[::]"; }
@@ -167,7 +182,7 @@ struct Server::Impl {
   hub::Hub* hub;  // null for a Site
   Site site;
   ServerOptions options;
-  httplib::Server http;
+  GatedHttpServer http;
   std::thread thread;
   std::atomic<bool> stopping{false};
   std::atomic<int> streams{0};
@@ -178,7 +193,8 @@ struct Server::Impl {
   std::string index_html;      // the page, with the token carried on to its asset URLs
   std::string sim_index_html;  // the simulator's page at /sim/ (hub mode; empty without em++)
 
-  Impl(hub::Hub* h, Site st, ServerOptions o) : hub(h), site(std::move(st)), options(std::move(o)) {
+  Impl(hub::Hub* h, Site st, ServerOptions o)
+      : hub(h), site(std::move(st)), options(std::move(o)), http(gate_options(options)) {
     if (!site.find_asset) site.find_asset = &find_asset;
     if (site.content_security_policy.empty()) site.content_security_policy = kContentSecurityPolicy;
   }
@@ -420,7 +436,6 @@ Server::Server(hub::Hub* hub, Site site, ServerOptions options)
     s.sim_index_html = with_token_query(sim->view(), s.options.token);
   }
 
-  s.http.new_task_queue = [] { return new ConnectionThreads(kConnectionThreads); };
   // httplib's default also sets SO_REUSEPORT, which would let a second server share a port that is
   // in use (and split the connections between them): SO_REUSEADDR only.
   s.http.set_socket_options([&s](socket_t sock) {
@@ -428,11 +443,8 @@ Server::Server(hub::Hub* hub, Site site, ServerOptions options)
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
     s.listen_fd = sock;  // the last socket httplib makes is the one that binds
   });
-  // One request per connection: an idle keep-alive connection would hold a thread that ~Server
-  // waits for (requests are few: the page, its state, scrapes; streams are long anyway).
-  s.http.set_keep_alive_max_count(1);
-  s.http.set_keep_alive_timeout(1);
-  s.http.set_read_timeout(5, 0);
+  // The accepted socket's SO_SNDTIMEO (a blocking send gives up after it); reads and the request's
+  // deadline are the gate's and the answering stream's (GatedHttpServer).
   s.http.set_write_timeout(5, 0);
   s.http.set_payload_max_length(64 * 1024);
   s.routes();
@@ -463,6 +475,7 @@ Server::~Server() {
   while (impl_->streams.load() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   impl_->http.stop();
   if (impl_->thread.joinable()) impl_->thread.join();
+  impl_->http.stop_gate();
 }
 
 int Server::port() const { return impl_->port; }

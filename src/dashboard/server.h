@@ -7,6 +7,7 @@
 // guarded server as a Site.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -41,6 +42,9 @@ struct ServerOptions {
   /// The job's run directory: the dashboard's /sim/ (the simulator's page) starts from a
   /// calibration of its event log (/sim/params.json). Empty: the page starts from its presets.
   std::string run_dir;
+  /// How long a connection may take to send its request headers before it is closed (a client
+  /// that drip-feeds its request holds a file descriptor that long, never a thread).
+  std::chrono::milliseconds request_deadline{10000};
 };
 
 class Server {
