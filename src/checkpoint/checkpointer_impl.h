@@ -16,6 +16,7 @@
 
 #include "checkpoint/format/manifest.h"
 #include "checkpoint/format/training_state.h"
+#include "checkpoint/snapshots/buddy_copies.h"
 #include "cohort/checkpointer.h"
 #include "cohort/context.h"
 #include "monitor/worker_monitor.h"
@@ -112,9 +113,13 @@ class Checkpointer::Impl {
   // The inner Checkpointer for the job's snapshot directory, when snapshots are asked for and every
   // rank has one (the ranks agree: a rank that saved alone would leave rank 0 waiting for its part).
   void open_snapshots();
-  // State that only its own rank holds (shards, PowerSGD's errors) would be on one machine only:
-  // a job of several machines then keeps to disk (copies on a buddy machine: issue 19's next step).
-  bool per_rank_state_on_several_machines(const TrainingState& state);
+  // State that only its own rank holds (shards, PowerSGD's errors) is copied to a buddy machine
+  // (buddy_copies.h); where a job of several machines has no buddies (uneven machines, no Gloo)
+  // it would be on one machine only, and such a job keeps to disk.
+  bool per_rank_state_without_buddies(const TrainingState& state);
+  // Snapshots with per-rank files on several machines: this rank's go to its buddy, its buddy's
+  // owner's come here (on the writer thread). Empty when done; else the problem for the part.
+  std::string copy_to_buddies(const SaveJob& job, const std::string& path, const std::vector<ckpt::ManifestFile>& files);
   // Starts a snapshot of this step when one is due. It waits for the previous one to be committed
   // first: so the newest committed snapshot is never more than one step behind. A failure costs
   // that snapshot only (a warning); the disk checkpoints are untouched.
@@ -144,6 +149,7 @@ class Checkpointer::Impl {
   bool writes_replicated_ = rank_ == 0;      // writes the replicated files (snapshots: each machine's first rank)
   int64_t other_copies_ = 0;                 // snapshots: machines other than rank 0's that keep a copy
   bool per_rank_noted_ = false;              // said once why a job of several machines takes no snapshots
+  ckpt::Buddies buddies_;                    // snapshots on several machines: who keeps whose per-rank files
 };
 
 }  // namespace cohort

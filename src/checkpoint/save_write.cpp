@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 
 #include "checkpoint/storage/checkpoint_dir.h"
@@ -50,12 +51,25 @@ void Checkpointer::Impl::write_and_commit(const SaveJob& job) {
   const std::string path = owner_.dir_ + "/" + ckpt::step_dir_name(job.step);
   nlohmann::json part = part_of(job);
   std::vector<ckpt::ManifestFile> files;
+  std::string error;
+  std::exception_ptr failed;
   try {
     if (writes_files(job)) files = write_files(job, path);
   } catch (const Error& e) {
-    part["error"] = e.what();
+    error = e.what();
+    failed = std::current_exception();
+  }
+  // Every rank takes part in the buddies' exchange, even one whose files failed (it sends none),
+  // so that no buddy waits for it until the timeout.
+  if (buddies_.active() && (job.sharded || job.has_rank_state)) {
+    const std::string problem = copy_to_buddies(job, path, files);
+    if (error.empty() && !problem.empty()) error = problem;
+  }
+  if (!error.empty()) {
+    part["error"] = error;
     report(job, part);
-    throw;
+    if (failed) std::rethrow_exception(failed);
+    throw CheckpointError(rank_, error);
   }
   if (rank_ != 0) {  // shard and rank_state files travel to rank 0 in the part
     auto& listed = part["files"] = nlohmann::json::array();

@@ -31,22 +31,25 @@ void Checkpointer::Impl::open_snapshots() {
   inner.program_ = ckpt::program_identity(rank_);
   inner.writes_replicated_ = rank_ == 0 || ctx_.local_rank() == 0;
   inner.other_copies_ = machines - 1;
+  // State held per rank (shards, a comm hook's) goes to a buddy on another machine too.
+  if (machines > 1) inner.buddies_ = ckpt::make_buddies(ctx_);
 }
 
-bool Checkpointer::Impl::per_rank_state_on_several_machines(const TrainingState& state) {
-  if (snapshots_->impl_->other_copies_ == 0) return false;
+bool Checkpointer::Impl::per_rank_state_without_buddies(const TrainingState& state) {
+  if (snapshots_->impl_->other_copies_ == 0 || snapshots_->impl_->buddies_.active()) return false;
   bool per_rank = dynamic_cast<ShardedCheckpointable*>(state.module) != nullptr;
   if (auto* own = dynamic_cast<RankStateCheckpointable*>(state.module)) per_rank = per_rank || !own->rank_state().empty();
   if (per_rank && !per_rank_noted_ && rank_ == 0)
     detail::log(detail::LogLevel::info, "no in-memory snapshots: the model keeps state per rank (shards, a comm "
-                                        "hook's), and the job spans several machines");
+                                        "hook's), and the job's machines have unequal numbers of ranks (no buddy "
+                                        "machine to keep a copy)");
   per_rank_noted_ = per_rank_noted_ || per_rank;
   return per_rank;
 }
 
 void Checkpointer::Impl::maybe_snapshot(const TrainingState& state) {
   if (!snapshots_ || owner_.step_ % owner_.options_.snapshot_every_steps != 0) return;
-  if (per_rank_state_on_several_machines(state)) return;
+  if (per_rank_state_without_buddies(state)) return;
   snapshots_->step_ = owner_.step_;
   snapshots_->metadata_ = owner_.metadata_;
   try {
@@ -54,6 +57,14 @@ void Checkpointer::Impl::maybe_snapshot(const TrainingState& state) {
   } catch (const std::exception& e) {
     detail::log_warn(std::string("in-memory snapshot failed (training continues): ") + e.what());
   }
+}
+
+std::string Checkpointer::Impl::copy_to_buddies(const SaveJob& job, const std::string& path,
+                                                const std::vector<ckpt::ManifestFile>& files) {
+  std::vector<ckpt::ManifestFile> own;
+  for (const auto& f : files)
+    if (f.role == "shard" || f.role == "rank_state") own.push_back(f);
+  return ckpt::exchange_with_buddies(buddies_, path, own, rank_, job.index);
 }
 
 void Checkpointer::Impl::wait_for_snapshot() {

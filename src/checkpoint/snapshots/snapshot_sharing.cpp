@@ -21,6 +21,7 @@
 #include <string_view>
 
 #include "checkpoint/agreement.h"
+#include "checkpoint/snapshots/buddy_copies.h"
 #include "checkpoint/storage/checkpoint_dir.h"
 #include "checkpoint/storage/file_io.h"
 #include "cohort/context.h"
@@ -36,11 +37,12 @@ struct Newest {
   std::optional<Manifest> manifest;
 };
 
-// This machine's newest snapshot that verifies (every byte read against its manifest).
+// This machine's newest snapshot whose replicated files verify (every byte read against its
+// manifest); the per-rank files are the buddies' business (buddy_copies.h), checked at restore.
 Newest newest_valid(const std::string& dir) {
   for (auto& c : list_checkpoints(dir)) {
     if (!c.manifest) continue;
-    if (const std::string problem = verify_checkpoint(c.path); !problem.empty()) {
+    if (const std::string problem = verify_checkpoint(c.path, /*per_rank_files=*/false); !problem.empty()) {
       detail::log_warn("snapshot " + c.path + " is not sent to other machines: " + problem);
       continue;
     }
@@ -49,9 +51,11 @@ Newest newest_valid(const std::string& dir) {
   return {};
 }
 
-// The snapshot as one blob: an 8-byte length, a JSON index [{name, bytes}], then the files' bytes
-// in index order, the manifest first. Empty when it holds files of other roles than the
-// replicated ones (which never happens on several machines: checkpointer_snapshots.cpp takes none there).
+bool replicated(const ManifestFile& f) { return f.role == "model" || f.role == "optimizer"; }
+
+// The snapshot's replicated files as one blob: an 8-byte length, a JSON index [{name, bytes}],
+// then the files' bytes in index order, the manifest first. Per-rank files (shards, a comm hook's
+// state) come back to their ranks from their buddies instead (buddy_copies.h).
 std::string pack(const Newest& n, int rank) {
   nlohmann::json index = nlohmann::json::array();
   // Regular files only, and no more than the manifest lists (file_io.h): a snapshot directory is
@@ -59,7 +63,7 @@ std::string pack(const Newest& n, int rank) {
   std::string bytes = read_small_file(n.path + "/" + kManifestName, kMaxManifestBytes, rank);
   index.push_back({{"name", kManifestName}, {"bytes", bytes.size()}});
   for (const auto& f : n.manifest->files) {
-    if (f.role != "model" && f.role != "optimizer") return "";
+    if (!replicated(f)) continue;
     std::string data = read_small_file(n.path + "/" + f.name, f.bytes, rank);
     index.push_back({{"name", f.name}, {"bytes", data.size()}});
     bytes += data;
@@ -101,6 +105,7 @@ std::string unpack(const std::string& dir, int64_t step, const char* blob, size_
   }
   if (files[0].first != kManifestName || m.step != step) return "not the snapshot of step " + std::to_string(step);
   for (const auto& expected : m.files) {
+    if (!replicated(expected)) continue;
     auto it = std::find_if(files.begin(), files.end(), [&](const auto& f) { return f.first == expected.name; });
     if (it == files.end()) return expected.name + ": missing";
     const std::string problem =
@@ -133,28 +138,32 @@ void share_newest_snapshot(Context& ctx, const std::string& dir) {
   const int64_t best = allreduce_int(ctx, mine.step, c10d::ReduceOp::MAX);
   if (best < 0) return;
   const int64_t sender = allreduce_int(ctx, writer && mine.step == best ? rank : INT64_MAX, c10d::ReduceOp::MIN);
-  if (allreduce_int(ctx, writer && mine.step != best ? 1 : 0, c10d::ReduceOp::SUM) == 0) return;
-  std::string blob;
-  if (rank == sender) blob = pack(mine, rank);
-  const int64_t size = allreduce_int(ctx, static_cast<int64_t>(blob.size()), c10d::ReduceOp::MAX);
-  if (size == 0) return;
-  at::Tensor bytes = at::empty({size}, at::kByte);
-  if (rank == sender) std::memcpy(bytes.data_ptr(), blob.data(), blob.size());
-  std::vector<at::Tensor> tensors{bytes};
-  c10d::BroadcastOptions options;
-  options.rootRank = static_cast<int>(sender);
-  ctx.group()->broadcast(tensors, options)->wait();
-  if (writer && mine.step != best) {
-    const std::string problem =
-        unpack(dir, best, static_cast<const char*>(bytes.data_ptr()), static_cast<size_t>(size), rank);
-    if (problem.empty())
-      detail::log(detail::LogLevel::info, "received the snapshot of step " + std::to_string(best) + " from rank " +
-                                              std::to_string(sender) + " into " + dir);
-    else
-      detail::log_warn("the snapshot of step " + std::to_string(best) + " from rank " + std::to_string(sender) +
-                       " arrived damaged and is not used (" + problem + "); the restore takes what every machine has");
+  if (allreduce_int(ctx, writer && mine.step != best ? 1 : 0, c10d::ReduceOp::SUM) > 0) {
+    std::string blob;
+    if (rank == sender) blob = pack(mine, rank);
+    const int64_t size = allreduce_int(ctx, static_cast<int64_t>(blob.size()), c10d::ReduceOp::MAX);
+    if (size == 0) return;
+    at::Tensor bytes = at::empty({size}, at::kByte);
+    if (rank == sender) std::memcpy(bytes.data_ptr(), blob.data(), blob.size());
+    std::vector<at::Tensor> tensors{bytes};
+    c10d::BroadcastOptions options;
+    options.rootRank = static_cast<int>(sender);
+    ctx.group()->broadcast(tensors, options)->wait();
+    if (writer && mine.step != best) {
+      const std::string problem =
+          unpack(dir, best, static_cast<const char*>(bytes.data_ptr()), static_cast<size_t>(size), rank);
+      if (problem.empty())
+        detail::log(detail::LogLevel::info, "received the snapshot of step " + std::to_string(best) + " from rank " +
+                                                std::to_string(sender) + " into " + dir);
+      else
+        detail::log_warn("the snapshot of step " + std::to_string(best) + " from rank " + std::to_string(sender) +
+                         " arrived damaged and is not used (" + problem + "); the restore takes what every machine has");
+    }
   }
-  allreduce_int(ctx, 0, c10d::ReduceOp::SUM);  // the machine's other ranks look only once it is written
+  // Per-rank files (shards, a comm hook's state): each machine holds its own ranks' and its
+  // buddies' (buddy_copies.h); what a machine lacks comes from one that has it. Also the barrier
+  // that keeps each machine's other ranks from reading the directory before its first rank wrote it.
+  complete_per_rank_files(ctx, dir + "/" + step_dir_name(best));
 }
 
 }  // namespace cohort::ckpt

@@ -3,11 +3,11 @@
 // machines that lack it — one that replaced a lost machine, or whose memory went with its agent —
 // so that losing a whole machine costs a restart no more steps than losing a worker does.
 //
-// Only replicated state travels (the model and optimizer files and the manifest): snapshots of
-// state held per rank are not taken on several machines (checkpointer_snapshots.cpp). The receivers check
-// every byte against the manifest on arrival (sizes, XXH3-64, safetensors headers) before writing
-// anything; a copy that fails is named in a warning and not written, and the restore then takes
-// what every machine has (an older snapshot, or the checkpoints on disk): never a wrong state.
+// The replicated state travels in one broadcast; per-rank files (shards, a comm hook's state) come
+// from the machines that hold them (buddy_copies.h). The receivers check every byte against the
+// manifest on arrival (sizes, XXH3-64, safetensors headers) before writing anything; a copy that
+// fails is named in a warning and not written, and the restore then takes what every machine has
+// (an older snapshot, or the checkpoints on disk): never a wrong state.
 #pragma once
 
 #include <string>

@@ -98,11 +98,12 @@ std::string check_file_contents(const ManifestFile& expected, const char* data, 
   return {};
 }
 
-std::string verify_checkpoint(const std::string& path) {
+std::string verify_checkpoint(const std::string& path, bool per_rank_files) {
   std::string problem;
   auto manifest = read_manifest(path, &problem);
   if (!manifest) return problem;
   for (const auto& f : manifest->files) {
+    if (!per_rank_files && f.role != "model" && f.role != "optimizer") continue;
     const std::string file = path + "/" + f.name;
     struct stat st {};
     if (::lstat(file.c_str(), &st) != 0) return f.name + ": missing";

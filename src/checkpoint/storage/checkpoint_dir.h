@@ -33,7 +33,9 @@ std::optional<Manifest> read_manifest(const std::string& path, std::string* prob
 
 /// Empty when the checkpoint at `path` is valid; otherwise the first problem, naming the file:
 /// "model.safetensors: checksum mismatch (manifest 0123..., file 4567...)". Reads every byte.
-std::string verify_checkpoint(const std::string& path);
+/// `per_rank_files` false: only the replicated files (a snapshot on one of several machines holds
+/// only its own ranks' and its buddies' per-rank files; buddy_copies.h).
+std::string verify_checkpoint(const std::string& path, bool per_rank_files = true);
 
 /// Checks one listed file against its manifest entry (size, hash, safetensors header) from bytes
 /// already in memory; empty when it matches.

@@ -1,0 +1,254 @@
+// Per-rank snapshot files kept on a buddy machine too. See buddy_copies.h.
+//
+// On the wire, one rank's files are one byte tensor: an 8-byte length, a JSON index
+// [{name, bytes, xxh3}], then the files' bytes in index order; its size goes first (one int64).
+#include "checkpoint/snapshots/buddy_copies.h"
+
+#include <torch/torch.h>
+#include <nlohmann/json.hpp>
+#include <sys/stat.h>
+#include <xxhash.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string_view>
+
+#include "checkpoint/agreement.h"
+#include "checkpoint/format/rank_state_file.h"
+#include "checkpoint/storage/checkpoint_dir.h"
+#include "checkpoint/storage/file_io.h"
+#include "cohort/error.h"
+#include "runtime/log.h"
+#include "runtime/subgroup.h"
+
+namespace cohort::ckpt {
+namespace {
+
+bool per_rank(const ManifestFile& f) { return f.role == "shard" || f.role == "rank_state"; }
+
+std::string pack(const std::string& step_dir, const std::vector<ManifestFile>& files, int rank) {
+  nlohmann::json index = nlohmann::json::array();
+  std::string bytes;
+  for (const auto& f : files) {
+    std::string data = read_small_file(step_dir + "/" + f.name, f.bytes, rank);
+    index.push_back({{"name", f.name}, {"bytes", data.size()}, {"xxh3", to_hex(XXH3_64bits(data.data(), data.size()))}});
+    bytes += data;
+  }
+  const std::string head = index.dump();
+  std::string blob(8, '\0');
+  const uint64_t head_bytes = head.size();
+  std::memcpy(blob.data(), &head_bytes, 8);
+  blob += head;
+  blob += bytes;
+  // Fault injection for the tests: one byte of the first file changed on the way.
+  if (const char* v = std::getenv("COHORT_TEST_DAMAGE_BUDDY_COPY"); v && std::string(v) == "1" && !bytes.empty())
+    blob[8 + head.size()] ^= 0x5a;
+  return blob;
+}
+
+struct Unpacked {
+  std::vector<std::pair<std::string, std::string_view>> files;
+  std::string problem;
+};
+
+// The index and every file's size and hash; `allowed(name)` says which names may come.
+template <typename Allowed>
+Unpacked unpack(const char* blob, size_t size, Allowed allowed) {
+  Unpacked out;
+  uint64_t head_bytes = 0;
+  if (size < 8) return {{}, "too short"};
+  std::memcpy(&head_bytes, blob, 8);
+  if (head_bytes > size - 8) return {{}, "index past the end"};
+  const auto index = nlohmann::json::parse(blob + 8, blob + 8 + head_bytes, nullptr, false);
+  if (!index.is_array()) return {{}, "no index"};
+  size_t at = 8 + head_bytes;
+  for (const auto& e : index) {
+    if (!e.is_object() || !e.contains("name") || !e["name"].is_string() || !e.contains("bytes") ||
+        !e["bytes"].is_number_unsigned() || !e.contains("xxh3") || !e["xxh3"].is_string())
+      return {{}, "a malformed index entry"};
+    const std::string name = e["name"].get<std::string>();
+    if (!allowed(name)) return {{}, "a file that is not expected: \"" + name + "\""};
+    const uint64_t bytes = e["bytes"].get<uint64_t>();
+    if (bytes > size - at) return {{}, name + ": past the end"};
+    const std::string_view data(blob + at, bytes);
+    uint64_t expected = 0;
+    try {
+      expected = from_hex(e["xxh3"].get<std::string>());
+    } catch (const std::exception&) {
+      return {{}, name + ": a malformed checksum"};
+    }
+    if (XXH3_64bits(data.data(), data.size()) != expected) return {{}, name + ": checksum mismatch on arrival"};
+    out.files.emplace_back(name, data);
+    at += bytes;
+  }
+  return out;
+}
+
+void write_into(const std::string& step_dir, const std::vector<std::pair<std::string, std::string_view>>& files, int rank) {
+  for (const auto& [name, data] : files) {
+    AtomicWriter out(step_dir, name, rank, /*allow_direct=*/false);
+    out.write(data.data(), data.size());
+    out.finish();
+  }
+  fsync_dir(step_dir, rank);
+}
+
+// Sends `out` to rank `to` and receives what `from` sends, sizes first, over `group`: either side
+// may be absent (-1). Returns the received bytes.
+at::Tensor swap_blobs(Backend& group, const std::string& out, int to, int from, int tag) {
+  std::vector<at::Tensor> out_size{at::full({1}, static_cast<int64_t>(out.size()), at::kLong)};
+  std::vector<at::Tensor> in_size{at::zeros({1}, at::kLong)};
+  WorkHandle sent, received;
+  if (to >= 0) sent = group.send(out_size, to, tag);
+  if (from >= 0) received = group.recv(in_size, from, tag);
+  if (sent) sent->wait();
+  if (received) received->wait();
+  const int64_t in_bytes = from >= 0 ? in_size[0].item<int64_t>() : 0;
+  if (in_bytes < 0 || in_bytes > (int64_t{1} << 40)) throw std::runtime_error("an impossible size: " + std::to_string(in_bytes));
+  std::vector<at::Tensor> out_blob{at::empty({static_cast<int64_t>(out.size())}, at::kByte)};
+  std::vector<at::Tensor> in_blob{at::empty({in_bytes}, at::kByte)};
+  if (!out.empty()) std::memcpy(out_blob[0].data_ptr(), out.data(), out.size());
+  sent.reset();
+  received.reset();
+  if (to >= 0 && !out.empty()) sent = group.send(out_blob, to, tag + 1);
+  if (from >= 0 && in_bytes > 0) received = group.recv(in_blob, from, tag + 1);
+  if (sent) sent->wait();
+  if (received) received->wait();
+  return in_blob[0];
+}
+
+}  // namespace
+
+Buddies make_buddies(Context& ctx) {
+  const int world = ctx.world_size(), per_machine = ctx.local_world_size();
+  // Machines of equally many ranks, numbered machine by machine, and more than one of them.
+  const bool shaped = per_machine > 0 && world % per_machine == 0 && world / per_machine > 1 &&
+                      ctx.rank() == ctx.env().node_rank * per_machine + ctx.local_rank();
+  const int64_t agreed = allreduce_int(ctx, shaped ? per_machine : -1, c10d::ReduceOp::MIN);
+  if (agreed != per_machine || allreduce_int(ctx, per_machine, c10d::ReduceOp::MAX) != per_machine) return {};
+  Buddies b;
+  b.group = detail::make_cpu_subgroup(ctx, "cohort/snapshot-buddies/", ctx.rank(), world);
+  if (!b.group) return {};
+  b.to = (ctx.rank() + per_machine) % world;
+  b.from = (ctx.rank() - per_machine + world) % world;
+  return b;
+}
+
+std::string exchange_with_buddies(const Buddies& b, const std::string& step_dir, const std::vector<ManifestFile>& own,
+                                  int rank, int64_t tag) {
+  std::string blob, problem;
+  try {
+    blob = pack(step_dir, own, rank);
+  } catch (const std::exception& e) {
+    problem = std::string("reading this rank's files for its buddy: ") + e.what();  // nothing is sent
+  }
+  at::Tensor in;
+  try {
+    in = swap_blobs(*b.group, blob, b.to, b.from, static_cast<int>((tag % (1 << 20)) * 2));
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    return "the copy for or from a buddy (ranks " + std::to_string(b.to) + ", " + std::to_string(b.from) +
+           ") did not go through: " + what.substr(0, what.find('\n'));
+  }
+  if (!problem.empty()) return problem;
+  if (in.numel() == 0) return "rank " + std::to_string(b.from) + " sent no copy of its files";
+  const int world = b.group->getSize();
+  const std::string shard = per_rank_file_name("shard", b.from, world), state = per_rank_file_name("rank", b.from, world);
+  auto got = unpack(static_cast<const char*>(in.data_ptr()), static_cast<size_t>(in.numel()),
+                    [&](const std::string& name) { return name == shard || name == state; });
+  if (!got.problem.empty()) return "the copy of rank " + std::to_string(b.from) + "'s files: " + got.problem;
+  try {
+    write_into(step_dir, got.files, rank);
+  } catch (const std::exception& e) {
+    return std::string("writing the copy of rank ") + std::to_string(b.from) + "'s files: " + e.what();
+  }
+  return "";
+}
+
+namespace {
+
+// This machine's copy of `f` in step_dir: there, a regular file of the manifest's size.
+bool present(const std::string& step_dir, const ManifestFile& f) {
+  struct stat st {};
+  return ::lstat((step_dir + "/" + f.name).c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+         static_cast<uint64_t>(st.st_size) == f.bytes;
+}
+
+}  // namespace
+
+void complete_per_rank_files(Context& ctx, const std::string& step_dir) {
+  const int rank = ctx.rank(), world = ctx.world_size();
+  const bool writer = ctx.local_rank() == 0;  // one per machine
+  std::vector<ManifestFile> files;
+  if (writer) {
+    try {
+      const Manifest m = Manifest::parse(read_small_file(step_dir + "/" + kManifestName, kMaxManifestBytes, rank));
+      for (const auto& f : m.files)
+        if (per_rank(f)) files.push_back(f);
+    } catch (const std::exception&) {
+      files.clear();  // no copy of this snapshot here: this machine only takes part
+    }
+  }
+  // Every machine has the same manifest (rank 0's), or none: the number of per-rank files agreed.
+  const int64_t count = allreduce_int(ctx, static_cast<int64_t>(files.size()), c10d::ReduceOp::MAX);
+  if (count == 0) return;
+  const bool has_manifest = static_cast<int64_t>(files.size()) == count;
+  // have[i][r]: writer r's machine holds file i; need[i][r]: it has the manifest but not the file.
+  at::Tensor have = at::zeros({count, world}, at::kLong), need = at::zeros({count, world}, at::kLong);
+  if (writer && has_manifest) {
+    for (int64_t i = 0; i < count; ++i) {
+      const bool here = present(step_dir, files[static_cast<size_t>(i)]);
+      have[i][rank] = here ? 1 : 0;
+      need[i][rank] = here ? 0 : 1;
+    }
+  }
+  std::vector<at::Tensor> both{at::cat({have, need})};
+  ctx.group()->allreduce(both)->wait();
+  const at::Tensor have_all = both[0].narrow(0, 0, count), need_all = both[0].narrow(0, count, count);
+  for (int64_t i = 0; i < count; ++i) {
+    if (need_all[i].sum().item<int64_t>() == 0) continue;
+    int sender = -1;
+    for (int r = 0; r < world && sender < 0; ++r)
+      if (have_all[i][r].item<int64_t>() > 0) sender = r;
+    if (sender < 0) continue;  // on no machine any more: the restore goes older
+    std::string bytes;
+    if (rank == sender) {
+      const ManifestFile& f = files[static_cast<size_t>(i)];
+      try {
+        bytes = read_small_file(step_dir + "/" + f.name, f.bytes, rank);
+        const std::string problem = check_file_contents(f, bytes.data(), bytes.size(), XXH3_64bits(bytes.data(), bytes.size()));
+        if (!problem.empty()) throw std::runtime_error(problem);
+      } catch (const std::exception& e) {
+        detail::log_warn("the snapshot file " + f.name + " is not sent to the machines that lack it: " + e.what());
+        bytes.clear();
+      }
+    }
+    const int64_t size = allreduce_int(ctx, static_cast<int64_t>(bytes.size()), c10d::ReduceOp::MAX);
+    if (size == 0) continue;
+    std::vector<at::Tensor> data{at::empty({size}, at::kByte)};
+    if (rank == sender) std::memcpy(data[0].data_ptr(), bytes.data(), bytes.size());
+    c10d::BroadcastOptions options;
+    options.rootRank = sender;
+    ctx.group()->broadcast(data, options)->wait();
+    if (!writer || !has_manifest || need_all[i][rank].item<int64_t>() == 0) continue;
+    const ManifestFile& f = files[static_cast<size_t>(i)];
+    const char* p = static_cast<const char*>(data[0].data_ptr());
+    std::string problem = check_file_contents(f, p, static_cast<uint64_t>(size), XXH3_64bits(p, static_cast<size_t>(size)));
+    if (problem.empty()) {
+      try {
+        write_into(step_dir, {{f.name, std::string_view(p, static_cast<size_t>(size))}}, rank);
+      } catch (const std::exception& e) {
+        problem = e.what();
+      }
+    }
+    if (problem.empty())
+      detail::log(detail::LogLevel::info, "received " + f.name + " of " + step_dir + " from rank " + std::to_string(sender));
+    else
+      detail::log_warn("the snapshot file " + f.name + " from rank " + std::to_string(sender) + " is not used (" + problem +
+                       "); the restore takes what every rank has");
+  }
+  allreduce_int(ctx, 0, c10d::ReduceOp::SUM);  // the machine's other ranks look only once it is written
+}
+
+}  // namespace cohort::ckpt
