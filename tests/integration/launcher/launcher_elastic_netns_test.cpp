@@ -199,6 +199,12 @@ bool wait_for_logs(const std::string& prefix, double timeout_s, F ready) {
   return false;
 }
 
+// The result of LauncherElasticNetns::kill_and_replace_node_2.
+struct NodeLossRun {
+  Result r0, r1, r2b;
+  Replay replayed;
+};
+
 class LauncherElasticNetns : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -214,7 +220,9 @@ class LauncherElasticNetns : public ::testing::Test {
   // also snapshots every step (each node keeps a copy in its own memory).
   // `snapshots`: in-memory snapshots every step, and disk checkpoints only at the end (restore
   // takes the disk's at the same step, by design, and these tests are about the snapshots).
-  std::vector<std::string> node(int i, bool snapshots = false) const {
+  NodeLossRun kill_and_replace_node_2(const std::vector<std::string>& extra);
+
+  std::vector<std::string> node(int i, bool snapshots = false, const std::vector<std::string>& extra = {}) const {
     auto cmd = star_->exec_in(
         i, {COHORT_BIN, "run", "--nnodes", "2:3", "--rdzv-endpoint", NamespaceStar::address(0) + ":29400",
             "--rdzv-id", "netns", "--rdzv-role", i == 0 ? "host" : "member", "--rdzv-settle", "20",
@@ -224,6 +232,7 @@ class LauncherElasticNetns : public ::testing::Test {
             "--threads", "1", "--log-every", "0", "--ckpt-dir", dir_.path() + "/ckpt", "--ckpt-every", snapshots ? "100000" : "4",
             "--log-samples", prefix_});
     if (snapshots) cmd.insert(cmd.end(), {"--snapshot-every", "1"});
+    cmd.insert(cmd.end(), extra.begin(), extra.end());
     return cmd;
   }
 
@@ -248,7 +257,6 @@ class LauncherElasticNetns : public ::testing::Test {
   std::string prefix_;
 };
 
-}  // namespace
 
 TEST_F(LauncherElasticNetns, LinkCutShrinksTheJobAndTheReturningNodeGrowsIt) {
   Child n0(node(0)), n1(node(1)), n2(node(2));
@@ -310,20 +318,28 @@ TEST_F(LauncherElasticNetns, KilledNodeLeavesTwoThatFinish) {
 // goes with it) and a new one joins later with empty memory. The two survivors resume from their
 // own copies, the grown job from the newest snapshot, which the new node receives from the others;
 // no round goes back more than one step, and every sample is still trained on exactly once.
-TEST_F(LauncherElasticNetns, SnapshotsLoseAtMostOneStepWhenANodeIsKilledAndReplaced) {
-  Child n0(node(0, true)), n1(node(1, true)), n2(node(2, true));
-  ASSERT_TRUE(wait_for_logs(prefix_, 120, [](const SampleLogs& l) { return l.last_step(0) >= 10; }))
+// Kills node 2's agent (its machine's memory goes with it), lets the two others go on, starts a
+// new node 2; returns the three nodes' results and the replay of every rank's samples.
+NodeLossRun LauncherElasticNetns::kill_and_replace_node_2(const std::vector<std::string>& extra) {
+  NodeLossRun out;
+  Child n0(node(0, true, extra)), n1(node(1, true, extra)), n2(node(2, true, extra));
+  EXPECT_TRUE(wait_for_logs(prefix_, 120, [](const SampleLogs& l) { return l.last_step(0) >= 10; }))
       << "round 0 did not get to step 10";
   kill(n2.pid(), SIGKILL);
-  ASSERT_TRUE(wait_for_logs(prefix_, 120, [](const SampleLogs& l) { return l.last_step(1) >= l.last_step(0) + 5; }))
+  EXPECT_TRUE(wait_for_logs(prefix_, 120, [](const SampleLogs& l) { return l.last_step(1) >= l.last_step(0) + 5; }))
       << "the two remaining nodes did not continue";
-  Child n2b(node(2, true));
-  Result r0 = n0.wait(240), r1 = n1.wait(240), r2b = n2b.wait(240);
-  ASSERT_FALSE(r0.timed_out || r1.timed_out || r2b.timed_out);
-  EXPECT_EQ(r0.exit_code(), 0) << r0.err;
-  EXPECT_EQ(r1.exit_code(), 0) << r1.err;
-  EXPECT_EQ(r2b.exit_code(), 0) << r2b.err;
-  const Replay replayed = replay(SampleLogs::read(prefix_), kTrainLimit, kEpochs);
+  Child n2b(node(2, true, extra));
+  out.r0 = n0.wait(240), out.r1 = n1.wait(240), out.r2b = n2b.wait(240);
+  out.replayed = replay(SampleLogs::read(prefix_), kTrainLimit, kEpochs);
+  return out;
+}
+
+void expect_every_round_resumed_from_memory(const NodeLossRun& run) {
+  ASSERT_FALSE(run.r0.timed_out || run.r1.timed_out || run.r2b.timed_out);
+  EXPECT_EQ(run.r0.exit_code(), 0) << run.r0.err;
+  EXPECT_EQ(run.r1.exit_code(), 0) << run.r1.err;
+  EXPECT_EQ(run.r2b.exit_code(), 0) << run.r2b.err;
+  const Replay& replayed = run.replayed;
   EXPECT_EQ(replayed.problems, "");
   ASSERT_GE(replayed.round_worlds.size(), 3u);
   EXPECT_EQ(replayed.round_worlds.back(), 3) << "the job did not grow back to three nodes";
@@ -331,10 +347,24 @@ TEST_F(LauncherElasticNetns, SnapshotsLoseAtMostOneStepWhenANodeIsKilledAndRepla
     EXPECT_LE(replayed.went_back[i], 1) << "round " << i + 1 << " went back " << replayed.went_back[i] << " steps";
   // Every round after the first resumed from a snapshot in memory (rank 0 prints where from).
   size_t from_memory = 0;
-  for (size_t at = r0.out.find("resumed from /dev/shm/cohort-snapshots-"); at != std::string::npos;
-       at = r0.out.find("resumed from /dev/shm/cohort-snapshots-", at + 1))
+  for (size_t at = run.r0.out.find("resumed from /dev/shm/cohort-snapshots-"); at != std::string::npos;
+       at = run.r0.out.find("resumed from /dev/shm/cohort-snapshots-", at + 1))
     ++from_memory;
-  EXPECT_EQ(from_memory, replayed.round_worlds.size() - 1) << r0.out;
+  EXPECT_EQ(from_memory, replayed.round_worlds.size() - 1) << run.r0.out;
+}
+
+// In-memory snapshots on every node (issue 19): node 2's agent is killed (its machine's memory
+// goes with it) and a new one joins later with empty memory. The two survivors resume from their
+// own copies, the grown job from the newest snapshot, which the new node receives from the others;
+// no round goes back more than one step, and every sample is still trained on exactly once.
+TEST_F(LauncherElasticNetns, SnapshotsLoseAtMostOneStepWhenANodeIsKilledAndReplaced) {
+  expect_every_round_resumed_from_memory(kill_and_replace_node_2({}));
+}
+
+// The same with state that each rank holds alone (PowerSGD's errors and Qs): it is kept on a buddy
+// node too (buddy_copies.h), so the shrunk job and the grown one still resume from memory.
+TEST_F(LauncherElasticNetns, SnapshotsOfPerRankStateSurviveANodeKilledAndReplaced) {
+  expect_every_round_resumed_from_memory(kill_and_replace_node_2({"--comm-hook", "powersgd"}));
 }
 
 // The replay itself, on made-up logs (no root needed): it must notice a sample trained on twice
@@ -368,3 +398,5 @@ TEST(LauncherElasticSampleLog, ReplayCountsOnlyTheSurvivingSteps) {
             std::string::npos)
       << bad.problems;
 }
+
+}  // namespace
