@@ -22,8 +22,11 @@ namespace cohort::detail {
 
 namespace {
 
+// Not under ThreadSanitizer: the clones' resolver runs while the dynamic loader relocates
+// libcohort.so, before TSan's runtime is initialised, and an instrumented resolver crashes there
+// (scripts/sanitize.sh tsan; the AVX2 clone is bitwise the baseline anyway).
 template <bool kL2, bool kDecay, bool kAmsgrad>
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 __attribute__((target_clones("avx2", "default")))
 #endif
 void update(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v,

@@ -94,6 +94,7 @@ AfterSix train_six(const fs::path& disk, const fs::path& memory) {
   const auto batches = make_batches(6, kWorld * kRows, 5);
   AfterSix out;
   out.hook.resize(kWorld);
+  std::mutex mu;
   run_ranks(kWorld, [&](std::shared_ptr<Context> ctx) {
     Trainer t(ctx, 3);
     Checkpointer checkpoints(disk.string(), ctx, options_for(memory, t.rank));
@@ -102,6 +103,7 @@ AfterSix train_six(const fs::path& disk, const fs::path& memory) {
       checkpoints.maybe_save(t.state());
     }
     checkpoints.wait();
+    std::lock_guard<std::mutex> lock(mu);
     out.hook[t.rank] = t.hook_tensors();
     if (t.rank == 0) out.params = snapshot(*(*t.model)->module());
   }, kTwoMachines);
@@ -118,13 +120,18 @@ struct Restored {
 Restored restore(const fs::path& disk, const fs::path& memory) {
   Restored out;
   out.hook.resize(kWorld);
+  std::mutex mu;
   run_ranks(kWorld, [&](std::shared_ptr<Context> ctx) {
     Trainer t(ctx, 99);  // other parameters than trained: the restore must bring them
     Checkpointer checkpoints(disk.string(), ctx, options_for(memory, t.rank));
     const auto info = checkpoints.restore_latest(t.state());
     ASSERT_TRUE(info.has_value());
+    std::lock_guard<std::mutex> lock(mu);
     out.hook[t.rank] = t.hook_tensors();
-    if (t.rank == 0) out = {info->step, info->from_snapshot, snapshot(*(*t.model)->module()), out.hook};
+    if (t.rank != 0) return;
+    out.step = info->step;
+    out.from_snapshot = info->from_snapshot;
+    out.params = snapshot(*(*t.model)->module());
   }, kTwoMachines);
   return out;
 }
