@@ -41,8 +41,8 @@ bool Checkpointer::Impl::per_rank_state_without_buddies(const TrainingState& sta
   if (auto* own = dynamic_cast<RankStateCheckpointable*>(state.module)) per_rank = per_rank || !own->rank_state().empty();
   if (per_rank && !per_rank_noted_ && rank_ == 0)
     detail::log(detail::LogLevel::info, "no in-memory snapshots: the model keeps state per rank (shards, a comm "
-                                        "hook's), and the job's machines have unequal numbers of ranks (no buddy "
-                                        "machine to keep a copy)");
+                                        "hook's), and no buddy machine can keep a copy of it (machines with unequal "
+                                        "numbers of ranks, or no Gloo in this build)");
   per_rank_noted_ = per_rank_noted_ || per_rank;
   return per_rank;
 }
