@@ -62,15 +62,7 @@ void RequestGate::park(int fd) {
     return;
   }
   close_expired();
-  while (parked_.size() >= options_.max_parked && !arrivals_.empty()) {  // make room: the oldest goes
-    const Arrival oldest = arrivals_.front();
-    arrivals_.pop_front();
-    auto it = parked_.find(oldest.fd);
-    if (it != parked_.end() && it->second == oldest.seq) {
-      unpark(oldest.fd);
-      ::close(oldest.fd);
-    }
-  }
+  while (parked_.size() >= options_.max_parked && !arrivals_.empty()) close_oldest();  // make room
   const unsigned long long seq = ++next_seq_;
   parked_[fd] = seq;
   arrivals_.push_back({Clock::now() + options_.deadline, seq, fd});
@@ -90,17 +82,19 @@ void RequestGate::unpark(int fd) {
   parked_.erase(fd);
 }
 
+void RequestGate::close_oldest() {
+  const Arrival a = arrivals_.front();
+  arrivals_.pop_front();
+  auto it = parked_.find(a.fd);
+  if (it != parked_.end() && it->second == a.seq) {  // still waiting (not served since)
+    unpark(a.fd);
+    ::close(a.fd);
+  }
+}
+
 void RequestGate::close_expired() {
   const auto now = Clock::now();
-  while (!arrivals_.empty() && arrivals_.front().deadline <= now) {
-    const Arrival a = arrivals_.front();
-    arrivals_.pop_front();
-    auto it = parked_.find(a.fd);
-    if (it != parked_.end() && it->second == a.seq) {
-      unpark(a.fd);
-      ::close(a.fd);
-    }
-  }
+  while (!arrivals_.empty() && arrivals_.front().deadline <= now) close_oldest();
 }
 
 void RequestGate::examine(int fd) {

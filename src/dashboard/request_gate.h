@@ -48,6 +48,7 @@ class RequestGate {
   void watch();                 // the epoll thread
   void examine(int fd);         // new bytes or a hang-up on a parked connection
   void unpark(int fd);          // out of the set and the table (mutex held)
+  void close_oldest();          // the oldest arrival, if it still waits (mutex held)
   void close_expired();         // past the deadline (mutex held)
 
   const std::function<void(int)> serve_;

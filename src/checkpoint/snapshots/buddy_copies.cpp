@@ -1,21 +1,20 @@
 // Per-rank snapshot files kept on a buddy machine too. See buddy_copies.h.
 //
-// On the wire, one rank's files are one byte tensor: an 8-byte length, a JSON index
-// [{name, bytes, xxh3}], then the files' bytes in index order; its size goes first (one int64).
+// On the wire, one rank's files are one byte tensor (a blob: file_blob.h); its size goes first
+// (one int64).
 #include "checkpoint/snapshots/buddy_copies.h"
 
 #include <torch/torch.h>
-#include <nlohmann/json.hpp>
 #include <sys/stat.h>
 #include <xxhash.h>
 
-#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string_view>
 
 #include "checkpoint/agreement.h"
 #include "checkpoint/format/rank_state_file.h"
+#include "checkpoint/snapshots/file_blob.h"
 #include "checkpoint/storage/checkpoint_dir.h"
 #include "checkpoint/storage/file_io.h"
 #include "cohort/error.h"
@@ -28,60 +27,17 @@ namespace {
 bool per_rank(const ManifestFile& f) { return f.role == "shard" || f.role == "rank_state"; }
 
 std::string pack(const std::string& step_dir, const std::vector<ManifestFile>& files, int rank) {
-  nlohmann::json index = nlohmann::json::array();
-  std::string bytes;
-  for (const auto& f : files) {
-    std::string data = read_small_file(step_dir + "/" + f.name, f.bytes, rank);
-    index.push_back({{"name", f.name}, {"bytes", data.size()}, {"xxh3", to_hex(XXH3_64bits(data.data(), data.size()))}});
-    bytes += data;
-  }
-  const std::string head = index.dump();
-  std::string blob(8, '\0');
-  const uint64_t head_bytes = head.size();
-  std::memcpy(blob.data(), &head_bytes, 8);
-  blob += head;
-  blob += bytes;
-  // Fault injection for the tests: one byte of the first file changed on the way.
-  if (const char* v = std::getenv("COHORT_TEST_DAMAGE_BUDDY_COPY"); v && std::string(v) == "1" && !bytes.empty())
-    blob[8 + head.size()] ^= 0x5a;
-  return blob;
+  std::vector<NamedBytes> read;
+  for (const auto& f : files) read.push_back({f.name, read_small_file(step_dir + "/" + f.name, f.bytes, rank)});
+  return pack_files(read, "buddy-copy");
 }
 
-struct Unpacked {
-  std::vector<std::pair<std::string, std::string_view>> files;
-  std::string problem;
-};
-
-// The index and every file's size and hash; `allowed(name)` says which names may come.
+// The blob's files, each intact (file_blob.h); `allowed(name)` says which names may come.
 template <typename Allowed>
-Unpacked unpack(const char* blob, size_t size, Allowed allowed) {
-  Unpacked out;
-  uint64_t head_bytes = 0;
-  if (size < 8) return {{}, "too short"};
-  std::memcpy(&head_bytes, blob, 8);
-  if (head_bytes > size - 8) return {{}, "index past the end"};
-  const auto index = nlohmann::json::parse(blob + 8, blob + 8 + head_bytes, nullptr, false);
-  if (!index.is_array()) return {{}, "no index"};
-  size_t at = 8 + head_bytes;
-  for (const auto& e : index) {
-    if (!e.is_object() || !e.contains("name") || !e["name"].is_string() || !e.contains("bytes") ||
-        !e["bytes"].is_number_unsigned() || !e.contains("xxh3") || !e["xxh3"].is_string())
-      return {{}, "a malformed index entry"};
-    const std::string name = e["name"].get<std::string>();
-    if (!allowed(name)) return {{}, "a file that is not expected: \"" + name + "\""};
-    const uint64_t bytes = e["bytes"].get<uint64_t>();
-    if (bytes > size - at) return {{}, name + ": past the end"};
-    const std::string_view data(blob + at, bytes);
-    uint64_t expected = 0;
-    try {
-      expected = from_hex(e["xxh3"].get<std::string>());
-    } catch (const std::exception&) {
-      return {{}, name + ": a malformed checksum"};
-    }
-    if (XXH3_64bits(data.data(), data.size()) != expected) return {{}, name + ": checksum mismatch on arrival"};
-    out.files.emplace_back(name, data);
-    at += bytes;
-  }
+UnpackedFiles unpack(const char* blob, size_t size, Allowed allowed) {
+  UnpackedFiles out = unpack_files(blob, size);
+  for (const auto& [name, data] : out.files)
+    if (out.problem.empty() && !allowed(name)) out = {{}, "a file that is not expected: \"" + name + "\""};
   return out;
 }
 

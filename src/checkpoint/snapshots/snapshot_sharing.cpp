@@ -8,13 +8,11 @@
 #include "checkpoint/snapshots/snapshot_sharing.h"
 
 #include <torch/torch.h>
-#include <nlohmann/json.hpp>
 #include <sys/stat.h>
 #include <xxhash.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <optional>
@@ -22,6 +20,7 @@
 
 #include "checkpoint/agreement.h"
 #include "checkpoint/snapshots/buddy_copies.h"
+#include "checkpoint/snapshots/file_blob.h"
 #include "checkpoint/storage/checkpoint_dir.h"
 #include "checkpoint/storage/file_io.h"
 #include "cohort/context.h"
@@ -53,50 +52,24 @@ Newest newest_valid(const std::string& dir) {
 
 bool replicated(const ManifestFile& f) { return f.role == "model" || f.role == "optimizer"; }
 
-// The snapshot's replicated files as one blob: an 8-byte length, a JSON index [{name, bytes}],
-// then the files' bytes in index order, the manifest first. Per-rank files (shards, a comm hook's
-// state) come back to their ranks from their buddies instead (buddy_copies.h).
+// The snapshot's replicated files as one blob (file_blob.h), the manifest first. Per-rank files
+// (shards, a comm hook's state) come from the machines that hold them (buddy_copies.h).
 std::string pack(const Newest& n, int rank) {
-  nlohmann::json index = nlohmann::json::array();
   // Regular files only, and no more than the manifest lists (file_io.h): a snapshot directory is
   // read as carefully as a checkpoint.
-  std::string bytes = read_small_file(n.path + "/" + kManifestName, kMaxManifestBytes, rank);
-  index.push_back({{"name", kManifestName}, {"bytes", bytes.size()}});
-  for (const auto& f : n.manifest->files) {
-    if (!replicated(f)) continue;
-    std::string data = read_small_file(n.path + "/" + f.name, f.bytes, rank);
-    index.push_back({{"name", f.name}, {"bytes", data.size()}});
-    bytes += data;
-  }
-  const std::string head = index.dump();
-  std::string blob(8, '\0');
-  const uint64_t head_bytes = head.size();
-  std::memcpy(blob.data(), &head_bytes, 8);
-  blob += head;
-  blob += bytes;
-  // Fault injection for the tests: one byte of the first data file changed on the way.
-  if (const char* v = std::getenv("COHORT_TEST_DAMAGE_SNAPSHOT_SENT"); v && std::string(v) == "1" && index.size() > 1)
-    blob[8 + head.size() + index[0]["bytes"].get<size_t>()] ^= 0x5a;
-  return blob;
+  std::vector<NamedBytes> files{{kManifestName, read_small_file(n.path + "/" + kManifestName, kMaxManifestBytes, rank)}};
+  for (const auto& f : n.manifest->files)
+    if (replicated(f)) files.push_back({f.name, read_small_file(n.path + "/" + f.name, f.bytes, rank)});
+  return pack_files(files, "snapshot-sent");
 }
 
 // Checks the blob's files against its manifest and writes them into dir/step-N/ (manifest last,
 // each atomically). Returns the problem, empty when the snapshot was written.
 std::string unpack(const std::string& dir, int64_t step, const char* blob, size_t size, int rank) {
-  uint64_t head_bytes = 0;
-  if (size < 8) return "too short";
-  std::memcpy(&head_bytes, blob, 8);
-  if (head_bytes > size - 8) return "index past the end";
-  const auto index = nlohmann::json::parse(blob + 8, blob + 8 + head_bytes, nullptr, false);
-  if (!index.is_array() || index.empty()) return "no index";
-  std::vector<std::pair<std::string, std::string_view>> files;
-  size_t at = 8 + head_bytes;
-  for (const auto& e : index) {
-    const auto bytes = e.value("bytes", uint64_t{0});
-    if (bytes > size - at) return "file past the end";
-    files.emplace_back(e.value("name", ""), std::string_view(blob + at, bytes));
-    at += bytes;
-  }
+  const UnpackedFiles unpacked = unpack_files(blob, size);
+  if (!unpacked.problem.empty()) return unpacked.problem;
+  const auto& files = unpacked.files;
+  if (files.empty()) return "no files";
   Manifest m;
   try {
     m = Manifest::parse(std::string(files[0].second));

@@ -191,9 +191,9 @@ TEST(SnapshotBuddies, LosingARankAndItsBuddyTogetherFallsBackToTheDisk) {
 
 TEST(SnapshotBuddies, ACopyDamagedOnTheWayLeavesThatSnapshotUncommitted) {
   const fs::path disk = fresh("disk_damaged"), memory = fresh("memory_damaged");
-  ::setenv("COHORT_TEST_DAMAGE_BUDDY_COPY", "1", 1);
+  ::setenv("COHORT_TEST_DAMAGE_BLOB", "buddy-copy", 1);
   train_six(disk, memory);
-  ::unsetenv("COHORT_TEST_DAMAGE_BUDDY_COPY");
+  ::unsetenv("COHORT_TEST_DAMAGE_BLOB");
   for (int m = 0; m < kMachines; ++m)
     EXPECT_TRUE(snapshot_of(machine_memory(memory, m * kPerMachine), 6).empty()) << "machine " << m;
   const Restored r = restore(disk, memory);

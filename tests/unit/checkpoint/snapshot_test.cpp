@@ -362,9 +362,9 @@ TEST(SnapshotsOnSeveralMachines, ACopyDamagedOnTheWayIsNotUsedAndTheRestoreTakes
   const fs::path disk = fresh("disk_damaged"), memory = fresh("memory_damaged");
   const auto after = train_six_on_two_machines(disk, memory);
   fs::remove_all(machine_memory(memory, kPerMachine));
-  ::setenv("COHORT_TEST_DAMAGE_SNAPSHOT_SENT", "1", 1);
+  ::setenv("COHORT_TEST_DAMAGE_BLOB", "snapshot-sent", 1);
   const Restored r = restore_on_two_machines(disk, memory);
-  ::unsetenv("COHORT_TEST_DAMAGE_SNAPSHOT_SENT");
+  ::unsetenv("COHORT_TEST_DAMAGE_BLOB");
   EXPECT_EQ(r.step, 4) << "machine 1 has only the checkpoint on disk";
   EXPECT_FALSE(r.from_snapshot);
   expect_equal(r.params, after[4]);
