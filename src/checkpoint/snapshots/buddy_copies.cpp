@@ -50,25 +50,23 @@ void write_into(const std::string& step_dir, const std::vector<std::pair<std::st
   fsync_dir(step_dir, rank);
 }
 
-// Sends `out` to rank `to` and receives what `from` sends, sizes first, over `group`: either side
-// may be absent (-1). Returns the received bytes.
+// Sends `out` to rank `to` and receives what `from` sends, sizes first, over `group`; returns the
+// received bytes.
 at::Tensor swap_blobs(Backend& group, const std::string& out, int to, int from, int tag) {
   std::vector<at::Tensor> out_size{at::full({1}, static_cast<int64_t>(out.size()), at::kLong)};
   std::vector<at::Tensor> in_size{at::zeros({1}, at::kLong)};
-  WorkHandle sent, received;
-  if (to >= 0) sent = group.send(out_size, to, tag);
-  if (from >= 0) received = group.recv(in_size, from, tag);
-  if (sent) sent->wait();
-  if (received) received->wait();
-  const int64_t in_bytes = from >= 0 ? in_size[0].item<int64_t>() : 0;
+  WorkHandle sent = group.send(out_size, to, tag), received = group.recv(in_size, from, tag);
+  sent->wait();
+  received->wait();
+  const int64_t in_bytes = in_size[0].item<int64_t>();
   if (in_bytes < 0 || in_bytes > (int64_t{1} << 40)) throw std::runtime_error("an impossible size: " + std::to_string(in_bytes));
   std::vector<at::Tensor> out_blob{at::empty({static_cast<int64_t>(out.size())}, at::kByte)};
   std::vector<at::Tensor> in_blob{at::empty({in_bytes}, at::kByte)};
   if (!out.empty()) std::memcpy(out_blob[0].data_ptr(), out.data(), out.size());
   sent.reset();
   received.reset();
-  if (to >= 0 && !out.empty()) sent = group.send(out_blob, to, tag + 1);
-  if (from >= 0 && in_bytes > 0) received = group.recv(in_blob, from, tag + 1);
+  if (!out.empty()) sent = group.send(out_blob, to, tag + 1);
+  if (in_bytes > 0) received = group.recv(in_blob, from, tag + 1);
   if (sent) sent->wait();
   if (received) received->wait();
   return in_blob[0];
