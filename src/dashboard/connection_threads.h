@@ -8,8 +8,6 @@
 // request had been read, was what 24 drip-feeding clients took away: issue 22's probe.)
 #pragma once
 
-#include <httplib.h>
-
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
@@ -18,17 +16,17 @@
 
 namespace cohort::dashboard {
 
-class ConnectionThreads : public httplib::TaskQueue {
+class ConnectionThreads {
  public:
   explicit ConnectionThreads(size_t max_threads) : max_threads_(max_threads) {}
   ConnectionThreads(const ConnectionThreads&) = delete;
   ConnectionThreads& operator=(const ConnectionThreads&) = delete;
-  ~ConnectionThreads() override { shutdown(); }
+  ~ConnectionThreads() { shutdown(); }
 
   /// Runs `fn` on a new thread, or queues it while `max_threads` are busy.
-  void enqueue(std::function<void()> fn) override;
+  void enqueue(std::function<void()> fn);
   /// Waits until every connection's work, queued work included, is done.
-  void shutdown() override;
+  void shutdown();
 
  private:
   void serve(std::function<void()> fn);  // a connection thread: fn, then queued work

@@ -17,7 +17,6 @@
 #include "checkpoint/snapshots/file_blob.h"
 #include "checkpoint/storage/checkpoint_dir.h"
 #include "checkpoint/storage/file_io.h"
-#include "cohort/error.h"
 #include "runtime/log.h"
 #include "runtime/subgroup.h"
 
@@ -159,12 +158,14 @@ void complete_per_rank_files(Context& ctx, const std::string& step_dir) {
   }
   std::vector<at::Tensor> both{at::cat({have, need})};
   ctx.group()->allreduce(both)->wait();
-  const at::Tensor have_all = both[0].narrow(0, 0, count), need_all = both[0].narrow(0, count, count);
+  const auto flags = both[0].accessor<int64_t, 2>();  // rows 0..count-1: have; count..2 count-1: need
   for (int64_t i = 0; i < count; ++i) {
-    if (need_all[i].sum().item<int64_t>() == 0) continue;
+    int64_t needed = 0;
+    for (int r = 0; r < world; ++r) needed += flags[count + i][r];
+    if (needed == 0) continue;
     int sender = -1;
     for (int r = 0; r < world && sender < 0; ++r)
-      if (have_all[i][r].item<int64_t>() > 0) sender = r;
+      if (flags[i][r] > 0) sender = r;
     if (sender < 0) continue;  // on no machine any more: the restore goes older
     std::string bytes;
     if (rank == sender) {
@@ -185,7 +186,7 @@ void complete_per_rank_files(Context& ctx, const std::string& step_dir) {
     c10d::BroadcastOptions options;
     options.rootRank = sender;
     ctx.group()->broadcast(data, options)->wait();
-    if (!writer || !has_manifest || need_all[i][rank].item<int64_t>() == 0) continue;
+    if (!writer || !has_manifest || flags[count + i][rank] == 0) continue;
     const ManifestFile& f = files[static_cast<size_t>(i)];
     const char* p = static_cast<const char*>(data[0].data_ptr());
     std::string problem = check_file_contents(f, p, static_cast<uint64_t>(size), XXH3_64bits(p, static_cast<size_t>(size)));
