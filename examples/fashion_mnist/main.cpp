@@ -295,8 +295,12 @@ int train(const Flags& flags, Net net) {
                             : flags.allreduce == "hierarchical" ? cohort::AllreduceAlgo::hierarchical
                                                                 : cohort::AllreduceAlgo::automatic;
     auto model = cohort::DistributedDataParallel(net, ctx, ddp_options);
-    outcome = train_loop(flags, train_set, sampler, *model, [&](torch::Tensor x) { return model->forward(x); }, rank,
-                         world, checkpoints.get(), job_mean);
+    // Under `cohort run --keep-survivors` a peer's failure re-forms the job around its replacement
+    // and the loop starts again from the newest snapshot (train_loop restores it first).
+    cohort::keep_running(ctx, [&] {
+      outcome = train_loop(flags, train_set, sampler, *model, [&](torch::Tensor x) { return model->forward(x); },
+                           rank, world, checkpoints.get(), job_mean);
+    });
     model->assert_in_sync();
     result["allreduce"] = model->stats().hierarchical ? "hierarchical" : "flat";  // what automatic chose
   }
@@ -313,6 +317,7 @@ int train(const Flags& flags, Net net) {
   result["samples_per_s"] = outcome.samples_per_s;
   if (flags.comm_hook != "none") result["comm_hook"] = flags.comm_hook;
   result["param_checksum"] = cohort::parameters_checksum(*net);
+  if (cohort::rejoins() > 0) result["rejoins"] = cohort::rejoins();  // peers replaced while this process ran
   result["optimizer_checksum"] = outcome.optimizer_checksum;
   if (const int64_t skipped = cohort::monitor().skipped_steps(); skipped > 0) result["nan_skipped_steps"] = skipped;
   for (int p = 0; p < cohort::kPhaseCount; ++p)  // where a timed step's time went, on this rank (ms)

@@ -11,6 +11,7 @@
 #include "cohort/fused_adam.h"
 #include "cohort/fused_sgd.h"
 #include "cohort/job_env.h"
+#include "cohort/keep_running.h"
 #include "cohort/local_sgd.h"
 #include "cohort/memory_reuse.h"
 #include "cohort/sharded_data_parallel.h"

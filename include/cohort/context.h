@@ -12,8 +12,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cohort/job_env.h"
 #include "cohort/torch_compat.h"
@@ -90,8 +93,22 @@ class Context {
   /// Waits until every rank reaches this point (collective on the CPU group).
   void barrier();
 
+  /// How many times this job's process groups were re-formed around a replaced worker while this
+  /// process kept running (keep_running.h); 0 until a peer fails.
+  int generation() const { return env_.generation; }
+  /// Re-forms the process groups for `generation`, after a peer failed and the agent started its
+  /// replacement: the old groups are abandoned (closed in the background), new ones are built
+  /// under the generation's store prefix with the same ranks, and every cohort object made on this
+  /// Context (DDP, Checkpointer) reconnects, in the order they were made — the order the
+  /// replacement makes them in. keep_running() calls it; throws CommError when the groups do not
+  /// form (the replacement never came).
+  void rejoin(int generation);
+
  private:
   friend struct detail::ContextInternals;
+  void connect_groups();
+  // The store the current generation's groups meet in (a prefix of the job's store after a rejoin).
+  c10::intrusive_ptr<c10d::Store> generation_store() const;
   JobEnv env_;
   InitOptions options_;
   c10::intrusive_ptr<c10d::Store> store_;
@@ -99,6 +116,11 @@ class Context {
   mutable c10::intrusive_ptr<Backend> cuda_group_;  // created on first use
   std::unique_ptr<detail::ShmAllreduce> shm_;
   std::atomic<int64_t> sequence_{0};
+  // Objects that reconnect after a rejoin, by registration number (ContextInternals).
+  std::map<int64_t, std::function<void()>> rejoin_listeners_;
+  int64_t next_listener_ = 0;
+  std::string cannot_rejoin_;  // the first object that cannot reconnect, if any
+  std::vector<std::unique_ptr<detail::ShmAllreduce>> retired_shm_;  // mapped until the end: an old reducer may hold one
 };
 
 /// Joins the job described by the environment (see job_env.h). Throws ConfigError for a bad

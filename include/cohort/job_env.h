@@ -33,6 +33,10 @@ struct JobEnv {
   std::string master_addr = "127.0.0.1";  ///< the store's host (rank 0 hosts the store)
   int master_port = 29500;      ///< the store's TCP port
   int restart_count = 0;        ///< COHORT_RESTART_COUNT or TORCHELASTIC_RESTART_COUNT
+  /// COHORT_GENERATION: how many times this round's process groups were re-formed around a
+  /// replaced worker while the others kept running (`cohort run --keep-survivors`, keep_running.h).
+  /// A process started with a generation above 0 joins a job that is already running.
+  int generation = 0;
   std::string store_file;       ///< COHORT_STORE_FILE: the ranks meet in a FileStore there (empty: TCPStore)
   std::string job_key;          ///< COHORT_JOB_KEY (from cohort run): signs checkpoint commit parts (empty: unsigned)
   std::string source = "none";  ///< "cohort", "torchrun", "openmpi", "slurm" or "none"

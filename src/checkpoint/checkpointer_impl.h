@@ -27,7 +27,8 @@ namespace cohort {
 struct SaveJob {
   int64_t step = 0;
   int64_t epoch = 0;
-  int64_t index = 0;  // saves of this Checkpointer so far: keys the store entries
+  int64_t index = 0;  // saves of this Checkpointer so far (in this generation): keys the store entries
+  int generation = 0;  // the Context's generation at the capture (keep_running.h): keys them too
   ckpt::NamedTensors model, optimizer;  // rank 0: staged copies
   ckpt::NamedTensors shard;             // sharded state: this rank's shard, every rank
   bool sharded = false;
@@ -113,6 +114,7 @@ class Checkpointer::Impl {
   // The inner Checkpointer for the job's snapshot directory, when snapshots are asked for and every
   // rank has one (the ranks agree: a rank that saved alone would leave rank 0 waiting for its part).
   void open_snapshots();
+  int64_t agree_on_snapshots(const std::string& dir, const std::string& why_none);
   // State that only its own rank holds (shards, PowerSGD's errors) is copied to a buddy machine
   // (buddy_copies.h); where a job of several machines has no buddies (uneven machines, no Gloo)
   // it would be on one machine only, and such a job keeps to disk.
@@ -125,6 +127,14 @@ class Checkpointer::Impl {
   // that snapshot only (a warning); the disk checkpoints are untouched.
   void maybe_snapshot(const TrainingState& state);
   void wait_for_snapshot();
+
+  // --- after a peer's failure (keep_running.h, checkpointer_snapshots.cpp) ---------------------------
+  // The save in flight is given up (rank 0 stops waiting for the lost rank's part; a part that came
+  // is still committed), the save count starts again with the new generation's keys, and the
+  // constructor's agreements are made again: the replacement's constructor makes them now.
+  void reconnect();
+  std::atomic<bool> abandon_{false};  // the writer stops waiting for parts
+  int64_t rejoin_listener_ = -1;
 
   Checkpointer& owner_;
   Context& ctx_;

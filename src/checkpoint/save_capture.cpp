@@ -18,6 +18,7 @@ SaveJob Checkpointer::Impl::capture(const TrainingState& state, bool copy) {
   SaveJob job;
   job.step = owner_.step_;
   job.index = saves_started_++;
+  job.generation = ctx_.generation();
   job.started = std::chrono::steady_clock::now();
   job.metadata = owner_.metadata_;
   for (const auto& [name, object] : state.user) {

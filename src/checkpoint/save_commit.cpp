@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <stdexcept>
@@ -33,16 +34,26 @@ int64_t now_unix_ms() {
 // sleeps of 10 ms, which a snapshot committed at every step of a 30 ms step cannot afford: there
 // the keys are polled with a short backoff (a check is an open, a shared lock and a read of what
 // was appended). The TCPStore's server answers a wait as soon as the keys are set.
-void wait_for_keys(c10d::Store& store, const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
-  if (dynamic_cast<c10d::FileStore*>(&store) == nullptr) {
-    store.wait(keys, timeout);
-    return;
-  }
+// `abandon` (a peer failed, keep_running.h) ends the wait early, unless the keys came after all.
+void wait_for_keys(c10d::Store& store, const std::vector<std::string>& keys, std::chrono::milliseconds timeout,
+                   const std::atomic<bool>& abandon) {
   using clock = std::chrono::steady_clock;
   const auto deadline = clock::now() + timeout;
+  if (dynamic_cast<c10d::FileStore*>(&store) == nullptr) {
+    // The TCPStore answers within a slice as soon as the keys are set; between slices, `abandon`.
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
+      try {
+        store.wait(keys, std::max(std::chrono::milliseconds(1), std::min(left, std::chrono::milliseconds(200))));
+        return;
+      } catch (const std::exception&) {
+        if (abandon.load() || clock::now() > deadline) throw;
+      }
+    }
+  }
   auto pause = std::chrono::microseconds(50);
   while (!store.check(keys)) {
-    if (clock::now() > deadline) throw std::runtime_error("keys not set within the timeout");
+    if (clock::now() > deadline || abandon.load()) throw std::runtime_error("keys not set within the timeout");
     std::this_thread::sleep_for(pause);
     pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(2));
   }
@@ -81,7 +92,9 @@ void Checkpointer::Impl::adopt_manifest(const SaveJob& job, const std::string& p
 }
 
 std::string Checkpointer::Impl::key(const SaveJob& job, int rank) const {
-  return "cohort/ckpt/" + std::to_string(sequence_) + "/" + std::to_string(job.index) + "/" + std::to_string(rank);
+  const std::string generation = job.generation > 0 ? "gen" + std::to_string(job.generation) + "/" : "";
+  return "cohort/ckpt/" + generation + std::to_string(sequence_) + "/" + std::to_string(job.index) + "/" +
+         std::to_string(rank);
 }
 
 void Checkpointer::Impl::report(const SaveJob& job, const nlohmann::json& part) {
@@ -162,7 +175,7 @@ std::vector<nlohmann::json> Checkpointer::Impl::collect_parts(const SaveJob& job
                                       " within " + std::to_string(timeout.count() / 1000) + " s");
   };
   try {
-    wait_for_keys(*s, keys, timeout);
+    wait_for_keys(*s, keys, timeout, abandon_);
   } catch (const std::exception&) {
     std::string missing;
     for (int r = 0; r < world; ++r)

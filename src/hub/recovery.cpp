@@ -19,7 +19,7 @@ void Hub::State::recovery_event(const json& line) {
   if (kind == "failure") {
     if (!recovering)  // a round's first failure is its cause; the others follow from it
       recovering = Recovery{text_at(line, "reason", text_at(line, "message")), number_at(line, "t").value_or(0)};
-  } else if (kind == "round_started") {
+  } else if (kind == "round_started" || kind == "replaced") {  // a new round, or one worker replaced in it
     if (recovering) recovering->restarted = true;
   } else if (kind == "checkpoint_restored") {
     if (recovering && recovering->restarted) recovering->restored = line;

@@ -28,6 +28,7 @@
 #include "launcher/io/signal_pipe.h"
 #include "launcher/workers/snapshot_memory.h"
 #include "launcher/workers/standby.h"
+#include "launcher/repair.h"
 #include "launcher/supervisor.h"
 #include "launcher/watch/watch.h"
 #include "launcher/workers/worker_group.h"
@@ -175,6 +176,7 @@ int run_rounds(RunOptions& o, RendezvousResult& rdzv, SignalPipe& signals, JobMo
   const bool warm_spares = o.warm_spares && watch.link != nullptr;
   if (o.warm_spares && !warm_spares) std::cerr << "cohort run: warning: no worker link, so no warm spares\n";
   StandbyWorkers standby;
+  int repairs = 0;  // workers replaced while the others kept running (--keep-survivors), all rounds
 
   for (;;) {
     const int round = assignment.round;
@@ -212,9 +214,19 @@ int run_rounds(RunOptions& o, RendezvousResult& rdzv, SignalPipe& signals, JobMo
     }
 
     // 2. Supervise until the round ends.
-    // The next round's warm spares start once this round trains, while restarts are left.
+    // The next round's warm spares start once this round trains, while restarts are left; with
+    // --keep-survivors they are spares for this round's own places, each to replace one worker.
     std::function<void()> start_spares;
-    if (warm_spares && assignment.restarts < o.max_restarts) {
+    if (warm_spares && o.keep_survivors) {
+      start_spares = [&] {
+        if (assignment.restarts + repairs >= o.max_restarts) return;
+        try {
+          standby.top_up(places, o.command, worker_env);
+        } catch (const std::exception& e) {  // a replacement will be a new process instead
+          std::cerr << "cohort run: warning: could not start warm spares: " << e.what() << std::endl;
+        }
+      };
+    } else if (warm_spares && assignment.restarts < o.max_restarts) {
       start_spares = [&] {
         Assignment next = assignment;
         next.round += 1;
@@ -226,10 +238,21 @@ int run_rounds(RunOptions& o, RendezvousResult& rdzv, SignalPipe& signals, JobMo
         }
       };
     }
-    Outcome outcome = supervise(group, coordinator, signals, round, &watch, &monitor, start_spares);
+    Outcome outcome;
+    for (int generation = 0;;) {
+      outcome = supervise(group, coordinator, signals, round, &watch, &monitor, start_spares);
+      // --keep-survivors: one failed worker replaced, the others rejoin around it (repair.h).
+      const auto repair = repair_in_place(o, outcome, group, watch, standby, generation, assignment.restarts + repairs,
+                                          worker_env, signals);
+      if (!repair) break;
+      monitor.round_failed(outcome);
+      std::cerr << repair->notice << std::flush;
+      ++repairs;
+      monitor.replaced(repair->notice, repair->rank, repair->generation, assignment.restarts + repairs);
+    }
     if (outcome.kind != Outcome::succeeded) monitor.round_failed(outcome);
     if (outcome.kind == Outcome::succeeded) {
-      if (round > 0 || o.verbose) std::cerr << success_note(assignment.restarts) << std::flush;
+      if (round > 0 || repairs > 0 || o.verbose) std::cerr << success_note(assignment.restarts + repairs) << std::flush;
       return 0;
     }
     if (outcome.kind == Outcome::interrupted) outcome.summary = interrupt_summary(o, outcome.signal);

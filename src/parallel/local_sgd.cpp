@@ -155,6 +155,7 @@ LocalSGDCore::LocalSGDCore(std::shared_ptr<torch::nn::Module> module, std::share
     m.anchor_views = m.views_of(m.anchor);
     m.momentum_views = m.views_of(m.momentum);
   }
+  detail::ContextInternals::cannot_rejoin(c, "LocalSGD");
   m.comm = std::make_unique<GroupHookComm>(c.group(first.device()), detail::ContextInternals::shm_allreduce(c), m.rank, m.world,
                                            "local sgd sync");
   m.monitor = &current_step_monitor();

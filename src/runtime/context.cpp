@@ -36,6 +36,7 @@
 #include "torch_compat_internal.h"
 #include "runtime/host/shm_allreduce.h"
 #include "subgroup.h"
+#include "context_internals.h"
 #include "runtime/agent_link/agent_link.h"
 #include "runtime/host/blas_core.h"
 #include "runtime/agent_link/flight_recorder.h"
@@ -86,7 +87,7 @@ void apply_env_overrides(InitOptions& options, int rank) {
 // and that round's variables: everything before init() (loading libtorch, the program's own
 // set-up, its data) is done by the time a failure ends the round. They must not touch the store
 // or the process group before the round begins, so they wait here for the agent's "go".
-void wait_if_standby(const JobEnv& env) {
+void wait_if_standby(JobEnv& env) {
   auto standby = process_env("COHORT_STANDBY");
   if (!standby || *standby != "1") return;
   detail::AgentLink* link = detail::agent_link();
@@ -95,7 +96,9 @@ void wait_if_standby(const JobEnv& env) {
                                 "worker (COHORT_AGENT_SOCKET unset or unusable)");
   }
   detail::log(detail::LogLevel::debug, "standing by for round " + std::to_string(env.restart_count));
-  link->wait_until_released();
+  // A spare that replaces one worker of a running round (--keep-survivors) learns its generation here.
+  const int generation = link->wait_until_released();
+  if (generation >= 0) env.generation = generation;
 }
 
 // The libtorch this program was compiled against: ranks built against different ones would meet
@@ -207,6 +210,12 @@ c10::intrusive_ptr<c10d::Store> connect_store(const JobEnv& env, const InitOptio
   // Every rank records its libtorch before counting itself in, so that after the wait below each
   // rank can compare all of them (libtorch_mismatch) and every rank fails with the same message.
   store->set(libtorch_key(env.rank), c10d_bytes(libtorch_build()));
+  // A replacement joins a running job (keep_running.h): the others counted themselves in long ago,
+  // and meet it in the generation's process groups instead. Its libtorch is checked all the same.
+  if (env.generation > 0) {
+    if (auto mismatch = libtorch_mismatch(*store, env)) throw ConfigError(env.rank, *mismatch);
+    return store;
+  }
   // Every rank counts itself in, then waits until all have: a missing rank is reported here,
   // with how many came, instead of as a timeout deep inside the process group's set-up.
   const std::string key = "cohort/init/joined";
@@ -250,24 +259,60 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const JobEnv& env) {
 
 Context::Context(JobEnv env, c10::intrusive_ptr<c10d::Store> store, const InitOptions& options)
     : env_(std::move(env)), options_(options), store_(std::move(store)) {
+  connect_groups();
+}
+
+c10::intrusive_ptr<c10d::Store> Context::generation_store() const {
+  if (env_.generation == 0) return store_;
+  return c10::make_intrusive<c10d::PrefixStore>("cohort/gen" + std::to_string(env_.generation), store_);
+}
+
+void Context::connect_groups() {
+  const auto store = generation_store();
 #ifdef COHORT_WITH_GLOO
   auto opts = c10d::ProcessGroupGloo::Options::create(options_.collective_timeout);
   opts->devices.push_back(gloo_device(env_));
   try {
     cpu_group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(
-        c10::make_intrusive<c10d::PrefixStore>("cohort/gloo", store_), env_.rank, env_.world_size, opts);
+        c10::make_intrusive<c10d::PrefixStore>("cohort/gloo", store), env_.rank, env_.world_size, opts);
   } catch (const std::exception& e) {
     std::string cause = e.what();
     throw CommError(env_.rank, "could not connect the Gloo process group to the other " +
-                                   std::to_string(env_.world_size - 1) + " ranks (" +
-                                   cause.substr(0, cause.find('\n')) + ")");
+                                   std::to_string(env_.world_size - 1) + " ranks" +
+                                   (env_.generation > 0 ? " (generation " + std::to_string(env_.generation) + ")" : "") +
+                                   " (" + cause.substr(0, cause.find('\n')) + ")");
   }
 #endif
   if (env_.world_size > 1) {
     const bool eligible = options_.shm_allreduce && env_.local_world_size == env_.world_size;
-    shm_ = detail::ShmAllreduce::create(env_.rank, env_.world_size, eligible, store_, options_.collective_timeout,
+    shm_ = detail::ShmAllreduce::create(env_.rank, env_.world_size, eligible, store, options_.collective_timeout,
                                         options_.shm_slot_bytes);
   }
+}
+
+void Context::rejoin(int generation) {
+  if (generation <= env_.generation) {
+    throw ConfigError(env_.rank, "rejoin: generation " + std::to_string(generation) + " is not after this rank's " +
+                                     std::to_string(env_.generation));
+  }
+  detail::log_info("re-forming the process groups as generation " + std::to_string(generation) +
+                   " (a peer was replaced; this process keeps running)");
+  // The old group's destructor waits for the work it still has, which fails once its peers close
+  // theirs: on a thread of its own, so that this rank never waits for a peer it abandoned. Closing
+  // it is what makes a rank blocked on this one (not on the dead one) fail over too.
+  if (cpu_group_) std::thread([old = std::move(cpu_group_)]() mutable { old.reset(); }).detach();
+  if (cuda_group_) std::thread([old = std::move(cuda_group_)]() mutable { old.reset(); }).detach();
+  cpu_group_ = {};
+  cuda_group_ = {};
+  if (shm_) retired_shm_.push_back(std::move(shm_));
+  env_.generation = generation;
+  connect_groups();
+  if (auto who = detail::process_identity()) {
+    who->generation = generation;
+    detail::record_process_identity(*who);
+  }
+  // In registration order: the order in which the replacement constructs the same objects.
+  for (auto& [key, reconnect] : rejoin_listeners_) reconnect();
 }
 
 Context::~Context() = default;
@@ -278,8 +323,8 @@ c10::intrusive_ptr<Backend> make_cpu_subgroup(const Context& ctx, const std::str
   auto opts = c10d::ProcessGroupGloo::Options::create(ctx.options().collective_timeout);
   opts->devices.push_back(gloo_device(ctx.env()));
   try {
-    return c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>(prefix, ctx.store()),
-                                                       rank, size, opts);
+    return c10::make_intrusive<c10d::ProcessGroupGloo>(
+        c10::make_intrusive<c10d::PrefixStore>(prefix, ContextInternals::generation_store(ctx)), rank, size, opts);
   } catch (const std::exception& e) {
     std::string cause = e.what();
     throw CommError(ctx.rank(), "could not connect the Gloo subgroup " + prefix + " (" +
@@ -375,6 +420,7 @@ std::shared_ptr<Context> init(InitOptions options) {
   who.local_rank = env.local_rank;
   who.node_rank = env.node_rank;
   who.restart_count = env.restart_count;
+  who.generation = env.generation;
   who.pid = ::getpid();
   detail::record_process_identity(who);
   auto store = connect_store(env, options);

@@ -13,6 +13,23 @@ struct ContextInternals {
   /// A number unique within the job for objects created in the same order on every rank (a DDP
   /// module, a checkpoint), used to keep their store keys apart.
   static int64_t next_sequence(Context& ctx) { return ctx.sequence_++; }
+  /// Registers what an object does when the groups are re-formed (Context::rejoin): the same
+  /// collectives its constructor made, in the same order, so that it meets the replacement's
+  /// constructor. Returns the key for remove_rejoin_listener (call it in the destructor).
+  static int64_t add_rejoin_listener(Context& ctx, std::function<void()> reconnect) {
+    const int64_t key = ctx.next_listener_++;
+    ctx.rejoin_listeners_[key] = std::move(reconnect);
+    return key;
+  }
+  /// The store the current generation's groups meet in (subgroups are made there too).
+  static c10::intrusive_ptr<c10d::Store> generation_store(const Context& ctx) { return ctx.generation_store(); }
+  /// An object that cannot reconnect after a rejoin (yet) says so: keep_running() then does not
+  /// offer to rejoin, and a peer's failure restarts the job as without it.
+  static void cannot_rejoin(Context& ctx, const std::string& what) {
+    if (ctx.cannot_rejoin_.empty()) ctx.cannot_rejoin_ = what;
+  }
+  static const std::string& why_not_rejoinable(const Context& ctx) { return ctx.cannot_rejoin_; }
+  static void remove_rejoin_listener(Context& ctx, int64_t key) { ctx.rejoin_listeners_.erase(key); }
 };
 
 }  // namespace cohort::detail

@@ -113,6 +113,7 @@ JobEnv resolve_job_env(const EnvLookup& lookup) {
   } else if (auto r2 = get("TORCHELASTIC_RESTART_COUNT")) {
     env.restart_count = parse_int("TORCHELASTIC_RESTART_COUNT", *r2, 0);
   }
+  if (auto g = get("COHORT_GENERATION")) env.generation = parse_int("COHORT_GENERATION", *g, 0);
   return env;
 }
 

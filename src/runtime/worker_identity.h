@@ -19,6 +19,7 @@ struct WorkerIdentity {
   int local_rank = 0;
   int node_rank = 0;
   int restart_count = 0;  // the round: COHORT_RESTART_COUNT
+  int generation = 0;     // process groups re-formed within the round (COHORT_GENERATION, Context::rejoin)
   int64_t pid = 0;
 };
 

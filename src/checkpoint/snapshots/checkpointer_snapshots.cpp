@@ -4,24 +4,33 @@
 #include "checkpoint/checkpointer_impl.h"
 #include "checkpoint/format/program_identity.h"
 #include "checkpoint/snapshots/snapshots.h"
+#include "cohort/error.h"
 #include "cohort/sharded_state.h"
 #include "runtime/log.h"
 
 namespace cohort {
+// The ranks agree that every one has a snapshot directory (`dir`, empty where this one has none)
+// and count the machines: collectives, made by the constructor and again after a rejoin.
+// Returns the number of machines, 0 when some rank has no snapshot directory.
+int64_t Checkpointer::Impl::agree_on_snapshots(const std::string& dir, const std::string& why_none) {
+  if (ckpt::allreduce_int(ctx_, dir.empty() ? 0 : 1, c10d::ReduceOp::MIN) == 0) {
+    if (rank_ == 0)
+      detail::log(detail::LogLevel::info, "no in-memory snapshots: " +
+                                              (why_none.empty() ? "another rank has no snapshot directory" : why_none));
+    return 0;
+  }
+  // Each machine keeps a whole copy: its first rank writes the replicated files (the same bytes
+  // on every rank) and rank 0's manifest, so that losing a machine loses no snapshot.
+  return ckpt::allreduce_int(ctx_, ctx_.local_rank() == 0 ? 1 : 0, c10d::ReduceOp::SUM);
+}
+
 void Checkpointer::Impl::open_snapshots() {
   const int64_t every = owner_.options_.snapshot_every_steps;
   if (every <= 0) return;
   std::string why_none;
   std::string dir = ckpt::snapshot_dir_for(owner_.options_.snapshot_dir, owner_.dir_, &why_none);
-  if (ckpt::allreduce_int(ctx_, dir.empty() ? 0 : 1, c10d::ReduceOp::MIN) == 0) {
-    if (rank_ == 0)
-      detail::log(detail::LogLevel::info, "no in-memory snapshots: " +
-                                              (why_none.empty() ? "another rank has no snapshot directory" : why_none));
-    return;
-  }
-  // Each machine keeps a whole copy: its first rank writes the replicated files (the same bytes
-  // on every rank) and rank 0's manifest, so that losing a machine loses no snapshot.
-  const int64_t machines = ckpt::allreduce_int(ctx_, ctx_.local_rank() == 0 ? 1 : 0, c10d::ReduceOp::SUM);
+  const int64_t machines = agree_on_snapshots(dir, why_none);
+  if (machines == 0) return;
   CheckpointOptions options;
   options.keep_last = 2;  // the newest is being written while the one before stays whole
   options.commit_timeout = owner_.options_.commit_timeout;
@@ -33,6 +42,25 @@ void Checkpointer::Impl::open_snapshots() {
   inner.other_copies_ = machines - 1;
   // State held per rank (shards, a comm hook's) goes to a buddy on another machine too.
   if (machines > 1) inner.buddies_ = ckpt::make_buddies(ctx_);
+}
+
+void Checkpointer::Impl::reconnect() {
+  abandon_ = true;
+  const std::string e = join();
+  abandon_ = false;
+  if (!e.empty())
+    detail::log(detail::LogLevel::info, std::string(is_snapshots_ ? "the snapshot" : "the checkpoint save") +
+                                            " in flight when a peer failed was given up: " + e);
+  saves_started_ = 0;  // the replacement counts from 0, under the new generation's keys
+  if (owner_.options_.snapshot_every_steps <= 0) return;
+  // The constructor's agreements again, as the replacement's constructor makes them now.
+  std::string why_none;
+  const std::string dir = ckpt::snapshot_dir_for(owner_.options_.snapshot_dir, owner_.dir_, &why_none);
+  const int64_t machines = agree_on_snapshots(dir, why_none);
+  if ((machines == 0) != (snapshots_ == nullptr) || (snapshots_ && snapshots_->impl_->other_copies_ != machines - 1))
+    throw CommError(rank_, "the job re-formed around a replacement that sees other snapshot directories or machines "
+                           "than this rank did (" + std::to_string(machines) + " machines)");
+  if (machines > 1) snapshots_->impl_->buddies_ = ckpt::make_buddies(ctx_);
 }
 
 bool Checkpointer::Impl::per_rank_state_without_buddies(const TrainingState& state) {

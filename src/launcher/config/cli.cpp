@@ -39,6 +39,9 @@ CLI::App* add_run_command(CLI::App& app, RunOptions& o) {
   run->add_flag("--warm-spares", o.warm_spares,
                 "Keep the next round's workers started and waiting in cohort::init(), so that a restart does "
                 "not wait for new processes to load (needs --max-restarts; docs/launcher.md)");
+  run->add_flag("--keep-survivors", o.keep_survivors,
+                "Replace a failed or hung worker alone while the others keep running (programs that train in "
+                "cohort::keep_running(); one machine; needs --max-restarts; docs/fault-tolerance.md)");
   run->add_option("--tail-lines", o.tail_lines, "Lines of a failed worker's output quoted in the summary")
       ->capture_default_str();
   run->add_option("--hang-timeout,--hang_timeout", o.hang_timeout_s,

@@ -62,6 +62,8 @@ void finalize_options(RunOptions& o) {
   require_count(o.tail_lines, "--tail-lines", 0, 100000);
   require(!o.warm_spares || o.max_restarts > 0,
           "--warm-spares prepares workers for a restart, and --max-restarts is 0 (no restarts)");
+  require(!o.keep_survivors || o.max_restarts > 0,
+          "--keep-survivors replaces failed workers, and --max-restarts is 0 (no replacements)");
   require_seconds(o.hang_timeout_s, "--hang-timeout", true);  // 0: hang detection off
   require(!o.master_addr.empty(), "--master-addr must not be empty");
   require(o.master_port == -1 || (o.master_port >= 1 && o.master_port <= 65535),

@@ -22,6 +22,7 @@ struct RunOptions {
   double stop_grace_s = 5;       // SIGTERM → SIGKILL delay when stopping workers
   int max_restarts = 0;          // rounds started again after a worker failure (0: fail fast)
   bool warm_spares = false;      // start the next round's workers ahead of time (standby.h)
+  bool keep_survivors = false;   // replace a failed worker alone; the others rejoin (repair.h, keep_running.h)
   int tail_lines = 20;           // lines of a failed worker's output quoted in the summary
   double hang_timeout_s = 0;     // a worker silent or without progress this long is hung (0: off)
   bool verbose = false;          // say on stderr where workers started (errors and summaries always print)

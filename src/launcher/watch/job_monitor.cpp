@@ -189,6 +189,13 @@ void JobMonitor::restarting(const std::string& notice, int restarts) {
   hub_->job_event("restart", line, {{"restarts", restarts}, {"reason", line}});
 }
 
+void JobMonitor::replaced(const std::string& notice, int rank, int generation, int restarts) {
+  if (!hub_) return;
+  std::string line = notice.substr(0, notice.find('\n'));
+  if (line.rfind("cohort run: ", 0) == 0) line.erase(0, 12);
+  hub_->job_event("replaced", line, {{"rank", rank}, {"generation", generation}, {"restarts", restarts}, {"reason", line}});
+}
+
 void JobMonitor::finished(int exit_code) {
   if (!hub_ || finished_) return;
   finished_ = true;

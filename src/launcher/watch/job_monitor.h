@@ -48,6 +48,9 @@ class JobMonitor {
   void round_failed(const Outcome& outcome);
   /// The job starts again (`notice`: what the agent printed); `restarts`: the count after it.
   void restarting(const std::string& notice, int restarts);
+  /// A failed worker was replaced alone and the others rejoin (--keep-survivors): the hub counts
+  /// the recovery from here, as from a round's start.
+  void replaced(const std::string& notice, int rank, int generation, int restarts);
   /// The job is over with this exit code; closes the dashboard's live streams.
   void finished(int exit_code);
 

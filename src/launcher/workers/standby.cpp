@@ -50,6 +50,38 @@ bool StandbyWorkers::ready_for(const std::vector<WorkerPlace>& places, const Wor
 
 std::vector<StandbyProcess> StandbyWorkers::take() { return std::exchange(standby_, {}); }
 
+void StandbyWorkers::top_up(const std::vector<WorkerPlace>& places, const std::vector<std::string>& command,
+                            const std::vector<std::string>& extra_env) {
+  const std::vector<std::string> base = current_environment();
+  std::vector<std::string> extra = extra_env;
+  extra.push_back("COHORT_STANDBY=1");
+  for (const WorkerPlace& place : places) {
+    bool covered = false;
+    for (const StandbyProcess& s : standby_) covered = covered || worker_variables(s.place) == worker_variables(place);
+    if (!covered) standby_.push_back({place, spawn_worker(command, worker_environment(base, place, extra))});
+  }
+}
+
+std::optional<SpawnedProcess> StandbyWorkers::take_for(const WorkerPlace& place, const WorkerLink& link) {
+  for (size_t i = 0; i < standby_.size(); ++i) {
+    StandbyProcess& s = standby_[i];
+    if (worker_variables(s.place) != worker_variables(place)) continue;
+    int status = 0;
+    const bool ended = ::waitpid(s.process.pid, &status, WNOHANG) == s.process.pid;
+    if (ended) {  // it died standing by: top_up starts another
+      ::close(s.process.stdout_fd);
+      ::close(s.process.stderr_fd);
+      standby_.erase(standby_.begin() + static_cast<std::ptrdiff_t>(i));
+      return std::nullopt;
+    }
+    if (!link.knows(s.process.pid)) return std::nullopt;  // still starting: a fresh process instead
+    SpawnedProcess p = s.process;
+    standby_.erase(standby_.begin() + static_cast<std::ptrdiff_t>(i));
+    return p;
+  }
+  return std::nullopt;
+}
+
 void StandbyWorkers::discard() {
   for (StandbyProcess& s : standby_) {
     if (s.process.pid > 0) {

@@ -17,6 +17,7 @@
 // what they print meanwhile). They die with the agent (PR_SET_PDEATHSIG, spawn.h).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,13 @@ class StandbyWorkers {
   bool ready_for(const std::vector<WorkerPlace>& places, const WorkerLink& link);
   /// Hands the standby workers over (to WorkerGroup::adopt); afterwards this is empty.
   std::vector<StandbyProcess> take();
+  /// --keep-survivors: spares for this round's own places, one replacement each (repair.h).
+  /// Starts one for each place that has none (keeping those that wait already).
+  void top_up(const std::vector<WorkerPlace>& places, const std::vector<std::string>& command,
+              const std::vector<std::string>& extra_env);
+  /// Hands over the spare started for `place` when it waits in init(); std::nullopt otherwise
+  /// (none, still starting, or it died: then it is discarded).
+  std::optional<SpawnedProcess> take_for(const WorkerPlace& place, const WorkerLink& link);
   /// Kills and reaps the standby workers.
   void discard();
 

@@ -62,8 +62,11 @@ void WorkerGroup::adopt(std::vector<StandbyProcess> standby, const std::string& 
   }
 }
 
-void WorkerGroup::release_standby(WorkerLink& link) {
-  static const std::string go = R"({"type":"go"})";
+void WorkerGroup::release_standby(WorkerLink& link, int generation) {
+  if (generation > 0) release_generation_ = generation;
+  const std::string go = release_generation_ > 0
+                             ? R"({"type":"go","generation":)" + std::to_string(release_generation_) + "}"
+                             : std::string(R"({"type":"go"})");
   std::vector<pid_t> still;
   for (pid_t pid : unreleased_) {
     if (running(pid) == nullptr) continue;  // it died standing by: reap() reports it
@@ -82,6 +85,22 @@ void WorkerGroup::add(const WorkerPlace& place, const SpawnedProcess& process, c
   w.fds[0] = process.stdout_fd;
   w.fds[1] = process.stderr_fd;
   workers_.push_back(std::move(w));
+}
+
+void WorkerGroup::replace(size_t index, const SpawnedProcess& process, bool standby) {
+  Worker& w = workers_[index];
+  for (int& fd : w.fds) {
+    if (fd >= 0) close(fd);
+    fd = -1;
+  }
+  w.pid = process.pid;
+  w.fds[0] = process.stdout_fd;
+  w.fds[1] = process.stderr_fd;
+  w.exited = false;
+  w.wait_status = 0;
+  w.rejoinable = false;
+  w.replacement = true;
+  if (standby) unreleased_.push_back(process.pid);
 }
 
 void WorkerGroup::add_pollfds(std::vector<pollfd>& fds) const {

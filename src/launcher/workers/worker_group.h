@@ -29,6 +29,8 @@ struct Worker {
   std::unique_ptr<OutputRelay> relay;
   bool exited = false;
   int wait_status = 0;
+  bool rejoinable = false;  // its heartbeats say it trains in cohort::keep_running()
+  bool replacement = false; // it replaced a failed worker of this round (repair.h)
 };
 
 class WorkerGroup {
@@ -48,7 +50,8 @@ class WorkerGroup {
   void adopt(std::vector<StandbyProcess> standby, const std::string& log_dir, size_t tail_lines);
   /// Sends "go" to every adopted worker not yet released whose address the link knows (it learns
   /// it from the worker's first heartbeat, sent while standing by); the others on a later call.
-  void release_standby(WorkerLink& link);
+  /// `generation` > 0: the "go" names it (a spare that replaces one worker, repair.h).
+  void release_standby(WorkerLink& link, int generation = 0);
   bool releasing() const { return !unreleased_.empty(); }
 
   /// Adds the open output pipes to `fds` (events POLLIN).
@@ -69,6 +72,11 @@ class WorkerGroup {
 
   WorkerFailure failure_of(const Worker& w) const;
 
+  /// Puts `process` (started for workers()[index]'s place, or a standby worker for it, then
+  /// `standby` true: released by release_standby) in the place of that worker, which has exited:
+  /// its output goes on to the same log and tail.
+  void replace(size_t index, const SpawnedProcess& process, bool standby);
+
   /// Stops every worker still running: SIGTERM to each worker's process group, output relayed
   /// while waiting up to grace_s, then SIGKILL; a second SIGINT/SIGTERM on `signals` skips the
   /// wait. Returns when every worker is reaped, having killed what was left in their groups.
@@ -84,6 +92,7 @@ class WorkerGroup {
   bool all_exited(const std::vector<size_t>& which) const;
   std::vector<Worker> workers_;
   std::vector<pid_t> unreleased_;  // adopted standby workers still waiting for "go"
+  int release_generation_ = 0;     // what their "go" names (a repair's generation; 0: none)
 };
 
 }  // namespace cohort::launcher

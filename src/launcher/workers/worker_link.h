@@ -34,6 +34,7 @@ struct Heartbeat {
   int64_t collectives = 0;     // completed collectives
   std::string waiting_in;      // the collective it waits in ("#230 allreduce of ddp bucket 0 (...)"), or empty
   double waiting_s = 0;        // ... since this long
+  bool rejoinable = false;     // it trains in cohort::keep_running(): it can rejoin around a replaced peer
 
   bool training() const { return reports > 0 || ddp_iterations > 0; }
   bool same_progress(const Heartbeat& o) const {

@@ -22,8 +22,39 @@ struct DataParallelCore::Impl {
   std::vector<torch::Tensor> params;   // all parameters (broadcast, in-sync check)
   std::vector<torch::Tensor> buffers;
   std::shared_ptr<GradReducer> reducer;
+  std::vector<NamedTensor> named;              // parameters and buffers, for the same-model check
+  std::vector<GradReducer::Param> trainable;   // what the reducer averages
   StepMonitor* monitor = nullptr;  // the one current at construction (cohort/monitor.h)
+  int64_t rejoin_listener = -1;
+
+  // Everything the constructor does with the other ranks, in order: the same-model check, rank 0's
+  // state to all, the choice of allreduce, the reducer. After a rejoin (keep_running.h) the
+  // survivors do it again, meeting the replacement's constructor.
+  void connect();
 };
+
+void DataParallelCore::Impl::connect() {
+  Context& c = *ctx;
+  const auto device = params.front().device();
+  const char* algos[] = {"automatic", "flat", "hierarchical"};
+  check_same_model(c, named,
+                   "comm hook '" + (options.comm_hook ? options.comm_hook->describe() : "none") + "'\n" +
+                       "allreduce '" + algos[static_cast<int>(options.allreduce)] + "'\n");
+  std::vector<torch::Tensor> state = params;
+  state.insert(state.end(), buffers.begin(), buffers.end());
+  broadcast_from_rank0(*c.group(device), state, static_cast<int64_t>(options.bucket_cap_mb * 1024 * 1024) + 1);
+  std::unique_ptr<ReducerComm> comm;
+  if (!options.reference_mode && device.is_cpu() && options.allreduce != AllreduceAlgo::flat) {
+    std::string why;
+    comm = HierarchicalComm::create(c, why);  // collective; null on every rank alike
+    if (!comm && options.allreduce == AllreduceAlgo::hierarchical) {
+      throw ConfigError(c.rank(), "DDP allreduce 'hierarchical' is not possible in this job: " + why);
+    }
+  }
+  reducer.reset();  // the old one's hooks go before the new one's come
+  reducer = GradReducer::create(trainable, c.group(device), detail::ContextInternals::shm_allreduce(c), c.rank(),
+                                c.world_size(), options, monitor, std::move(comm));
+}
 
 DataParallelCore::DataParallelCore(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Context> ctx,
                                    DDPOptions options)
@@ -34,8 +65,8 @@ DataParallelCore::DataParallelCore(std::shared_ptr<torch::nn::Module> module, st
   impl_->options = options;
   Context& c = *impl_->ctx;
 
-  std::vector<NamedTensor> named;
-  std::vector<GradReducer::Param> trainable;
+  std::vector<NamedTensor>& named = impl_->named;
+  std::vector<GradReducer::Param>& trainable = impl_->trainable;
   for (const auto& p : impl_->module->named_parameters(/*recurse=*/true)) {
     named.push_back({"parameter", p.key(), p.value()});
     impl_->params.push_back(p.value());
@@ -53,31 +84,16 @@ DataParallelCore::DataParallelCore(std::shared_ptr<torch::nn::Module> module, st
                                       t.device().str() + ") are not supported; move the module to one device");
     }
   }
-  auto& group = *c.group(device);
-
-  const char* algos[] = {"automatic", "flat", "hierarchical"};
-  check_same_model(c, named,
-                   "comm hook '" + (options.comm_hook ? options.comm_hook->describe() : "none") + "'\n" +
-                       "allreduce '" + algos[static_cast<int>(options.allreduce)] + "'\n");
-  std::vector<torch::Tensor> state = impl_->params;
-  state.insert(state.end(), impl_->buffers.begin(), impl_->buffers.end());
-  broadcast_from_rank0(group, state, static_cast<int64_t>(options.bucket_cap_mb * 1024 * 1024) + 1);
   impl_->monitor = &current_step_monitor();
   impl_->monitor->set_identity(c.rank(), c.world_size(), c.env().restart_count);
   if (device.is_cuda()) impl_->monitor->note_cuda_device(std::max<int>(0, device.index()));
-  std::unique_ptr<ReducerComm> comm;
-  if (!options.reference_mode && device.is_cpu() && options.allreduce != AllreduceAlgo::flat) {
-    std::string why;
-    comm = HierarchicalComm::create(c, why);  // collective; null on every rank alike
-    if (!comm && options.allreduce == AllreduceAlgo::hierarchical) {
-      throw ConfigError(c.rank(), "DDP allreduce 'hierarchical' is not possible in this job: " + why);
-    }
-  }
-  impl_->reducer = GradReducer::create(std::move(trainable), c.group(device), detail::ContextInternals::shm_allreduce(c), c.rank(),
-                                       c.world_size(), options, impl_->monitor, std::move(comm));
+  impl_->connect();
+  impl_->rejoin_listener = ContextInternals::add_rejoin_listener(c, [impl = impl_.get()] { impl->connect(); });
 }
 
-DataParallelCore::~DataParallelCore() = default;
+DataParallelCore::~DataParallelCore() {
+  if (impl_->rejoin_listener >= 0) ContextInternals::remove_rejoin_listener(*impl_->ctx, impl_->rejoin_listener);
+}
 
 void DataParallelCore::before_forward() {
   if (impl_->options.broadcast_buffers && !impl_->buffers.empty() && impl_->ctx->world_size() > 1 &&

@@ -35,6 +35,7 @@ ShardedCore::ShardedCore(std::shared_ptr<torch::nn::Module> module, bool is_sequ
   // rank throws the same ConfigError instead of some waiting for the others.
   m.plan = plan_units(*m.module, is_sequential, m.options, m.rank);
   const auto device = m.plan.units.front().params.front().device();
+  ContextInternals::cannot_rejoin(c, "ShardedDataParallel");
   m.coll = std::make_unique<ShardCollectives>(c.group(device), device.is_cpu() ? detail::ContextInternals::shm_allreduce(c) : nullptr, m.rank,
                                               m.world, m.options.reduce_scatter, m.options.allgather);
 

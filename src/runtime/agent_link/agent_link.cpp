@@ -109,10 +109,32 @@ AgentLink::~AgentLink() {
   if (!own_path_.empty()) ::unlink(own_path_.c_str());
 }
 
-void AgentLink::wait_until_released() {
+int AgentLink::wait_until_released() {
   // No timeout: the agent releases us or kills us (and its death kills us: PR_SET_PDEATHSIG).
   std::unique_lock<std::mutex> lock(released_mutex_);
   released_cv_.wait(lock, [this] { return released_; });
+  return release_generation_;
+}
+
+std::optional<int> AgentLink::wait_for_rejoin(int current, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(released_mutex_);
+  if (!released_cv_.wait_for(lock, timeout, [&] { return rejoin_generation_ > current; })) return std::nullopt;
+  return rejoin_generation_;
+}
+
+namespace {
+std::atomic<bool> g_rejoinable{false};
+}  // namespace
+
+void AgentLink::beat_now() {
+  const uint64_t one = 1;
+  ssize_t ignored = ::write(wake_fd_, &one, sizeof(one));
+  (void)ignored;
+}
+
+void set_rejoinable(bool rejoinable) {
+  if (g_rejoinable.exchange(rejoinable) == rejoinable) return;
+  if (AgentLink* link = agent_link()) link->beat_now();  // the agent knows at once, not a second later
 }
 
 bool AgentLink::send(const std::string& json) {
@@ -137,6 +159,12 @@ void AgentLink::run() {
     const auto wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(next - clock::now()).count();
     ::poll(fds, 2, static_cast<int>(std::max<int64_t>(0, wait_ms)));
     if (fds[0].revents & POLLIN) serve_requests();
+    if (fds[1].revents & POLLIN) {  // beat_now(), or the destructor (then stop_ ends the loop)
+      uint64_t v = 0;
+      ssize_t ignored = ::read(wake_fd_, &v, sizeof(v));
+      (void)ignored;
+      next = clock::now();
+    }
   }
   serve_requests();  // a dump asked for just before the process ended is still written
 }
@@ -152,6 +180,7 @@ void AgentLink::heartbeat() {
                       {"reports", p.reports},
                       {"ddp_iterations", p.ddp_iterations},
                       {"collectives", p.collectives}};
+  if (g_rejoinable.load()) j["rejoinable"] = true;
   if (waiting.seq != 0) {
     j["waiting_in"] = flight_entry_name(waiting);
     j["waiting_us"] = wall_clock_us() - (waiting.started_us ? waiting.started_us : waiting.enqueued_us);
@@ -178,9 +207,17 @@ void AgentLink::serve_requests() {
 void AgentLink::serve(const std::string& text) {
   const auto request = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!request.is_object()) return;
-  if (request.value("type", "") == "go") {
+  const std::string type = request.value("type", "");
+  if (type == "go" || type == "rejoin") {
+    const auto g = request.find("generation");
+    const int generation = g != request.end() && g->is_number_integer() ? g->get<int>() : -1;
     std::lock_guard<std::mutex> lock(released_mutex_);
-    released_ = true;
+    if (type == "go") {
+      released_ = true;
+      release_generation_ = generation;
+    } else {
+      rejoin_generation_ = std::max(rejoin_generation_, generation);
+    }
     released_cv_.notify_all();
     return;
   }

@@ -8,7 +8,10 @@
 //     completed collectives (progress.h), and the collective this rank waits in, if any;
 //   * serves the agent's requests: {"type":"dump","path":P,"reason":R} writes the flight record
 //     (flight_recorder.h) to P (through a temporary file and a rename) and answers "dumped";
-//     {"type":"go"} releases a standby worker (wait_until_released(), `cohort run --warm-spares`).
+//     {"type":"go"} releases a standby worker (wait_until_released(), `cohort run --warm-spares`),
+//     with "generation" when it replaces one worker of a running round (--keep-survivors);
+//     {"type":"rejoin","generation":G} tells a survivor of a peer's failure which generation of
+//     process groups to re-form (wait_for_rejoin(), keep_running.h).
 // One JSON object per datagram. Sends never block: when the agent is slow (its queue full) or gone,
 // the message is dropped — training never waits on its agent. Nothing runs in a signal handler;
 // a rank stopped by SIGSTOP dumps once the agent has continued it (docs/fault-tolerance.md).
@@ -20,9 +23,11 @@
 #include <sys/un.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -57,7 +62,13 @@ class AgentLink {
   /// A standby worker (COHORT_STANDBY=1) waits here until its agent sends "go": it was started
   /// ahead of time with the next round's variables, and may join only once that round begins.
   /// The heartbeats already sent told the agent where to send it.
-  void wait_until_released();
+  /// Returns the generation the "go" named (-1: none, a round's start).
+  int wait_until_released();
+  /// A survivor of a peer's failure waits here for the agent's "rejoin" naming a generation above
+  /// `current`; std::nullopt when none comes within `timeout` (no repair: the failure is the job's).
+  std::optional<int> wait_for_rejoin(int current, std::chrono::milliseconds timeout);
+  /// Sends a heartbeat now (from the link's thread) instead of at the next interval.
+  void beat_now();
   uint64_t dumps_written() const { return dumps_written_.load(); }
 
  private:
@@ -78,8 +89,14 @@ class AgentLink {
   std::mutex released_mutex_;
   std::condition_variable released_cv_;
   bool released_ = false;  // released_mutex_
+  int release_generation_ = -1;  // released_mutex_: the "go"'s generation
+  int rejoin_generation_ = -1;   // released_mutex_: the newest "rejoin"'s generation
   std::thread thread_;
 };
+
+/// Whether this process trains inside cohort::keep_running() (its heartbeats say so): the agent
+/// replaces a failed peer in place only when every other worker of the round does.
+void set_rejoinable(bool rejoinable);
 
 /// Starts this process's link when COHORT_AGENT_SOCKET is set (once per process; init() calls it).
 void start_agent_link(const JobEnv& env);

@@ -1,0 +1,99 @@
+// Survivors keep running. See cohort/keep_running.h.
+#include "cohort/keep_running.h"
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+#include "cohort/context.h"
+#include "cohort/error.h"
+#include "runtime/agent_link/agent_link.h"
+#include "runtime/context_internals.h"
+#include "runtime/log.h"
+
+namespace cohort {
+namespace {
+
+std::atomic<int> g_rejoins{0};
+
+// A communication failure may be a peer's death; any other error is this rank's own.
+bool may_be_peer_failure(std::exception_ptr error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const CommError&) {
+    return true;
+  } catch (const TimeoutError&) {
+    return true;
+  } catch (const Error&) {
+    return false;  // configuration, checkpoint, anomaly: not a peer's
+  } catch (const std::exception&) {
+    return true;  // c10d's and Gloo's own ("Connection closed by peer", "Timed out")
+  } catch (...) {
+    return false;
+  }
+}
+
+std::string message_of(std::exception_ptr error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    return what.substr(0, what.find('\n'));
+  } catch (...) {
+    return "an unknown exception";
+  }
+}
+
+double rejoin_wait_s(const KeepRunningOptions& options, int rank) {
+  const char* v = std::getenv("COHORT_REJOIN_WAIT_S");
+  if (v == nullptr) return options.rejoin_wait_s;
+  char* end = nullptr;
+  const double s = std::strtod(v, &end);
+  if (end == v || *end != '\0' || !std::isfinite(s) || s < 0 || s > 1e6)
+    throw ConfigError(rank, std::string("COHORT_REJOIN_WAIT_S='") + v + "' is not a number of seconds");
+  return s;
+}
+
+struct Rejoinable {
+  explicit Rejoinable(bool can) : can_(can) { detail::set_rejoinable(can); }
+  ~Rejoinable() { detail::set_rejoinable(false); }
+  bool can_;
+};
+
+}  // namespace
+
+int rejoins() { return g_rejoins.load(); }
+
+void keep_running(const std::shared_ptr<Context>& ctx, const std::function<void()>& body, KeepRunningOptions options) {
+  if (!ctx) throw ConfigError(-1, "keep_running needs the Context from cohort::init()");
+  const double wait_s = rejoin_wait_s(options, ctx->rank());
+  // The agent replaces a failed peer in place only when every survivor can rejoin.
+  const std::string& why_not = detail::ContextInternals::why_not_rejoinable(*ctx);
+  if (!why_not.empty() && ctx->rank() == 0 && detail::agent_link() != nullptr)
+    detail::log_info("keep_running: " + why_not + " cannot reconnect to a replaced peer yet; a failure restarts the job");
+  Rejoinable announced(why_not.empty());
+  for (;;) {
+    std::exception_ptr error;
+    try {
+      body();
+      return;
+    } catch (...) {
+      error = std::current_exception();
+    }
+    detail::AgentLink* link = detail::agent_link();
+    if (ctx->world_size() == 1 || link == nullptr || !announced.can_ || !may_be_peer_failure(error))
+      std::rethrow_exception(error);
+    const std::string what = message_of(error);
+    detail::log_warn("a collective failed (" + what + "); waiting up to " + std::to_string(static_cast<int>(wait_s)) +
+                     " s for the agent to replace the lost peer");
+    const auto generation = link->wait_for_rejoin(
+        ctx->generation(), std::chrono::milliseconds(static_cast<int64_t>(wait_s * 1000)));
+    if (!generation) std::rethrow_exception(error);  // no repair: the failure is the job's
+    ctx->rejoin(*generation);
+    g_rejoins.fetch_add(1);
+  }
+}
+
+}  // namespace cohort
