@@ -4,10 +4,12 @@
 # each resuming from its own checkpoint (cohort: the example's Checkpointer; torchrun:
 # bench/launcher/peer_recovery.py with torch.save). cohort runs three ways: plain, with --warm-spares, and
 # with warm spares and in-memory snapshots every step (--snapshot-every 1, issue 19), which also
-# reports the steps each restart went back (from the run's events.jsonl). Runs alternate; prints
-# each median and the ratios. With GOODPUT=1 it also runs cohort (GOODPUT_KIND: cohort-snap by
-# default, or cohort-warm, cohort) with a SIGKILL every GOODPUT_EVERY_S seconds (default 30) and
-# reports goodput (useful steps per second with failures / without).
+# reports the steps each restart went back (from the run's events.jsonl), and a fourth way where
+# the survivors keep running (--keep-survivors with warm spares and snapshots: only the killed
+# worker is replaced). Runs alternate; prints each median and the ratios. With GOODPUT=1 it also
+# runs cohort (GOODPUT_KIND: cohort-survive by default, or cohort-snap, cohort-warm, cohort) with a
+# SIGKILL every GOODPUT_EVERY_S seconds (default 30) and reports goodput (useful steps per second
+# with failures / without).
 # Usage: bench/launcher/recovery.sh [REPETITIONS (default 5)]    GOODPUT=1 GOODPUT_EVERY_S=10 bench/launcher/recovery.sh 3
 # Needs a build (bash scripts/setup.sh) and python3-torch.
 # Against torchrun 2.x on the same libtorch:
@@ -37,7 +39,8 @@ start() {
   if [ "$kind" != torchrun ]; then
     local warm=() snap=()
     [ "$kind" != cohort ] && warm=(--warm-spares)
-    [ "$kind" = cohort-snap ] && snap=(--snapshot-every 1)
+    [ "$kind" = cohort-snap ] || [ "$kind" = cohort-survive ] && snap=(--snapshot-every 1)
+    [ "$kind" = cohort-survive ] && warm+=(--keep-survivors)
     "$cohort" run --nproc-per-node 2 --threads-per-proc 1 --max-restarts 100 "${warm[@]}" --no-dashboard \
       --run-dir "$dir/run" -- "$example" --no-eval --threads 1 \
       --log-every 0 --max-steps "$steps" --ckpt-dir "$dir/ck" --ckpt-every 10 "${snap[@]}" --report-first-step >"$dir/log" 2>&1 &
@@ -75,9 +78,20 @@ restart_count() { tr '\0' '\n' <"/proc/$1/environ" 2>/dev/null | sed -n 's/^COHO
 
 # kill_one: SIGKILL one training worker; prints the kill's wall-clock time in ns. Warm spares
 # (--warm-spares) match the pattern too, but were started for the next round: a worker is a
-# process of the pattern, other than the launcher, with the lowest restart count.
+# process of the pattern, other than the launcher, with the lowest restart count. With
+# --keep-survivors the spares are the same round's: a worker is one that mapped the shared-memory
+# allreduce's segment (/dev/shm/cohort-<pid>-<n>), which a spare waiting in init() has not.
 kill_one() {
   local pid= p n low=
+  if [ "${kind:-}" = cohort-survive ]; then
+    for p in $(pgrep -f -- "$pattern" | grep -vx "$job_pid" || true); do
+      grep -qE '/dev/shm/cohort-[0-9]+-[0-9]+' "/proc/$p/maps" 2>/dev/null && pid=$p
+    done
+    [ -n "$pid" ] || { echo "recovery: no worker found" >&2; return 1; }
+    date +%s%N
+    kill -9 "$pid"
+    return 0
+  fi
   for p in $(pgrep -f -- "$pattern" | grep -vx "$job_pid" || true); do
     n=$(restart_count "$p")
     if [ -z "$low" ] || [ "$n" -lt "$low" ]; then low=$n; pid=$p; elif [ "$n" -eq "$low" ]; then pid=$p; fi
@@ -114,20 +128,24 @@ recovery_ms() {
 
 echo "recovery time: SIGKILL of one worker -> first completed step after the restart (ms), $reps repetitions"
 echo "machine: $(nproc) cores, $(uname -r); load: $(cut -d' ' -f1-3 /proc/loadavg); torchrun of torch $("$py" -c 'import torch; print(torch.__version__)')"
-s=(); w=(); c=(); t=(); ls=()
+k=(); s=(); w=(); c=(); t=(); ls=(); lk=()
 for ((i = 0; i < reps; i++)); do
+  k+=("$(recovery_ms cohort-survive "$i")")
+  lk+=("$(steps_lost "$work/cohort-survive-$i")")
   s+=("$(recovery_ms cohort-snap "$i")")
   w+=("$(recovery_ms cohort-warm "$i")")
   c+=("$(recovery_ms cohort "$i")")
   t+=("$(recovery_ms torchrun "$i")")
   ls+=("$(steps_lost "$work/cohort-snap-$i")")
-  echo "  run $i: cohort --warm-spares --snapshot-every 1 ${s[-1]} ms (went back ${ls[-1]} steps)," \
+  echo "  run $i: cohort --keep-survivors ${k[-1]} ms (went back ${lk[-1]} steps)," \
+       "cohort --warm-spares --snapshot-every 1 ${s[-1]} ms (went back ${ls[-1]} steps)," \
        "cohort --warm-spares ${w[-1]} ms (went back $(steps_lost "$work/cohort-warm-$i") steps), cohort ${c[-1]} ms, torchrun ${t[-1]} ms"
 done
-/usr/bin/python3 - "${s[*]}" "${w[*]}" "${c[*]}" "${t[*]}" "${ls[*]}" <<'PY'
+/usr/bin/python3 - "${s[*]}" "${w[*]}" "${c[*]}" "${t[*]}" "${ls[*]}" "${k[*]}" "${lk[*]}" <<'PY'
 import statistics, sys
-s, w, c, t, lost = ([int(x) for x in a.split()] for a in sys.argv[1:6])
-ms, mw, mc, mt = (statistics.median(x) for x in (s, w, c, t))
+s, w, c, t, lost, k, lost_k = ([int(x) for x in a.split()] for a in sys.argv[1:8])
+ms, mw, mc, mt, mk = (statistics.median(x) for x in (s, w, c, t, k))
+print(f"median: cohort --keep-survivors {mk:.0f} ms (torchrun / it = {mt / mk:.1f}x), steps lost at most {max(lost_k)}")
 print(f"median: cohort --warm-spares --snapshot-every 1 {ms:.0f} ms, cohort --warm-spares {mw:.0f} ms, cohort {mc:.0f} ms, torchrun {mt:.0f} ms")
 print(f"torchrun / cohort with snapshots = {mt / ms:.1f}x, torchrun / cohort --warm-spares = {mt / mw:.1f}x, torchrun / cohort = {mt / mc:.1f}x")
 print(f"steps lost per failure with snapshots: at most {max(lost)} (of {len(lost)} failures)")
@@ -135,7 +153,7 @@ PY
 
 if [ "${GOODPUT:-0}" = 1 ]; then
   steps=${GOODPUT_STEPS:-1500}
-  kind=${GOODPUT_KIND:-cohort-snap}
+  kind=${GOODPUT_KIND:-cohort-survive}
   every=${GOODPUT_EVERY_S:-30}
   dir="$work/clean"; start "$kind" "$dir" "$steps"; s=$(date +%s%N); wait "$job_pid"; clean=$(( ($(date +%s%N) - s) / 1000000 ))
   dir="$work/faulty"; start "$kind" "$dir" "$steps"; s=$(date +%s%N); kills=0

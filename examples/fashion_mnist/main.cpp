@@ -279,8 +279,12 @@ int train(const Flags& flags, Net net) {
     options.outer_lr = flags.outer_lr;
     options.outer_momentum = flags.outer_momentum;
     auto model = cohort::LocalSGD(net, ctx, options);
-    outcome = train_loop(flags, train_set, sampler, *model, [&](torch::Tensor x) { return model->forward(x); }, rank,
-                         world, checkpoints.get(), job_mean, [&] { model->step(); });
+    // LocalSGD does not reconnect to a replaced peer yet: keep_running() then does not offer to
+    // rejoin, and a failure restarts the job (the test of that rule runs this).
+    cohort::keep_running(ctx, [&] {
+      outcome = train_loop(flags, train_set, sampler, *model, [&](torch::Tensor x) { return model->forward(x); },
+                           rank, world, checkpoints.get(), job_mean, [&] { model->step(); });
+    });
     model->finish();  // the local steps since the last synchronisation too: one model to evaluate
     result["local_sgd"] = {{"sync_every", flags.local_sgd}, {"outer", flags.outer}, {"syncs", model->stats().syncs}};
   } else {

@@ -28,7 +28,7 @@
 #include "launcher/io/signal_pipe.h"
 #include "launcher/workers/snapshot_memory.h"
 #include "launcher/workers/standby.h"
-#include "launcher/repair.h"
+#include "launcher/recovery/repair.h"
 #include "launcher/supervisor.h"
 #include "launcher/watch/watch.h"
 #include "launcher/workers/worker_group.h"

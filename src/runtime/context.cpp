@@ -35,7 +35,6 @@
 #include "runtime/net/net_util.h"
 #include "torch_compat_internal.h"
 #include "runtime/host/shm_allreduce.h"
-#include "subgroup.h"
 #include "context_internals.h"
 #include "runtime/agent_link/agent_link.h"
 #include "runtime/host/blas_core.h"

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "cohort/context.h"
 
@@ -31,5 +32,12 @@ struct ContextInternals {
   static const std::string& why_not_rejoinable(const Context& ctx) { return ctx.cannot_rejoin_; }
   static void remove_rejoin_listener(Context& ctx, int64_t key) { ctx.rejoin_listeners_.erase(key); }
 };
+
+/// A Gloo process group over some of the job's ranks (hierarchical allreduce's group of the ranks
+/// with the same local rank, the snapshot buddies' group). Every rank of the subgroup calls this
+/// with the same `prefix` (unique in the job) and its own `rank` in 0..size-1; it meets in the
+/// current generation's store (Context::rejoin). The same network device and timeout as the job's
+/// own group. Null where this build has no Gloo. Throws CommError when the members cannot connect.
+c10::intrusive_ptr<Backend> make_cpu_subgroup(const Context& ctx, const std::string& prefix, int rank, int size);
 
 }  // namespace cohort::detail

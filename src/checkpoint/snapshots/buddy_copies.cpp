@@ -18,7 +18,7 @@
 #include "checkpoint/storage/checkpoint_dir.h"
 #include "checkpoint/storage/file_io.h"
 #include "runtime/log.h"
-#include "runtime/subgroup.h"
+#include "runtime/context_internals.h"
 
 namespace cohort::ckpt {
 namespace {

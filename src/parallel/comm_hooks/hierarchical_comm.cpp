@@ -5,7 +5,6 @@
 
 #include "cohort/error.h"
 #include "runtime/agent_link/flight_op.h"
-#include "runtime/subgroup.h"
 #include "runtime/context_internals.h"
 
 namespace cohort::detail {

@@ -51,6 +51,7 @@ TEST(LauncherCli, BadMaxRestarts) {
   expect_one_line_error(run({COHORT_BIN, "run", "--max-restarts", "x", ENV_PROBE_BIN}, 10), "--max-restarts");
   expect_one_line_error(run({COHORT_BIN, "run", "--max_restarts", "1.5", ENV_PROBE_BIN}, 10), "--max-restarts");
   expect_one_line_error(run({COHORT_BIN, "run", "--warm-spares", ENV_PROBE_BIN}, 10), "--warm-spares");
+  expect_one_line_error(run({COHORT_BIN, "run", "--keep-survivors", ENV_PROBE_BIN}, 10), "--keep-survivors");
 }
 
 // Every numeric option is range-checked (issue 22): no negative counts, no NaN, no infinity.

@@ -1,5 +1,5 @@
 // Replacing one worker while the others keep running. See repair.h.
-#include "launcher/repair.h"
+#include "launcher/recovery/repair.h"
 
 #include <nlohmann/json.hpp>
 

@@ -1,4 +1,4 @@
-// launcher/repair.h — `cohort run --keep-survivors`: a failed worker is replaced alone while the
+// launcher/recovery/repair.h — `cohort run --keep-survivors`: a failed worker is replaced alone while the
 // others keep running (cohort/keep_running.h on the worker's side).
 //
 // When a worker of a one-machine job dies or hangs, the round need not end: the agent kills it (a

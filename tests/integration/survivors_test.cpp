@@ -1,0 +1,141 @@
+// Survivors keep running (issue 19): under `cohort run --keep-survivors` a killed or hung worker is
+// replaced alone and the other re-forms its process groups around the replacement; and where a
+// worker cannot rejoin, the round restarts as before. The Fashion-MNIST example, real processes.
+#include <gtest/gtest.h>
+
+#include <iterator>
+
+#include "support/recovery_jobs.h"
+
+namespace fs = std::filesystem;
+using namespace cohort::testing;
+using namespace cohort::testing::recovery;
+
+namespace {
+
+// Survivors keep running (issue 19, --keep-survivors): `faults` times one of the two workers gets
+// `sig` at a random moment; the agent replaces it alone (a warm spare), the other worker re-forms
+// the process groups and both resume from the newest in-memory snapshot. No full restart at all:
+// the survivor of each fault keeps its pid, each recovery goes back at most one step, and the job
+// ends bitwise where an uninterrupted run does.
+// The job's training workers: those that mapped the shared-memory allreduce's segment
+// (/dev/shm/cohort-<pid>-<n>), which the warm spares waiting in init() have not.
+std::vector<pid_t> training_workers(const std::string& ckpt_dir) {
+  std::vector<pid_t> out;
+  const std::regex segment("/dev/shm/cohort-[0-9]+-[0-9]+");
+  for (pid_t p : worker_pids(ckpt_dir))
+    if (std::regex_search(read_all("/proc/" + std::to_string(p) + "/maps"), segment)) out.push_back(p);
+  return out;
+}
+
+void expect_survivors_keep_running(int sig, int faults, const std::string& launcher_flags) {
+  const fs::path dir = fs::temp_directory_path() / ("cohort_survivors_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string example_args = " --no-eval --threads 1 --log-every 0 " + kSteps + " --report-first-step";
+  const std::string run = kCohort + " run --nproc-per-node 2 --threads-per-proc 1 --max-restarts 8 --no-dashboard" +
+                          launcher_flags;
+  const auto straight = run_shell(run + " -- " + kExample + " --ckpt-dir " + (dir / "straight").string() + example_args);
+  ASSERT_EQ(straight.exit_code, 0) << straight.output;
+  const std::string expected = final_state(straight.output);
+  ASSERT_EQ(expected.size(), 2 * 34u) << straight.output;
+
+  const std::string ckpt = (dir / "faulty").string();
+  Job job(run + " --keep-survivors --warm-spares --run-dir " + (dir / "run").string() + " -- " + kExample +
+              " --ckpt-dir " + ckpt + " --snapshot-every 1" + example_args,
+          (dir / "faulty.log").string());
+  ASSERT_GT(job.pid, 0);
+  std::mt19937 rng(20261205);
+  std::uniform_int_distribution<int> after_ms(200, 1000);
+  std::vector<pid_t> survivors;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(4);
+  for (int fault = 0; fault < faults && job.running() && std::chrono::steady_clock::now() < deadline;) {
+    // The job trains again after the last fault (rank 0 printed one more first step).
+    if (count(read_all(job.log), "first_step_unix_ns") < static_cast<size_t>(fault + 1)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      continue;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(after_ms(rng)));
+    const std::vector<pid_t> training = training_workers(ckpt);
+    if (training.size() != 2 || !job.running()) continue;
+    // The survivor of the last fault trains on as the same process.
+    if (!survivors.empty())
+      EXPECT_NE(std::find(training.begin(), training.end(), survivors.back()), training.end())
+          << "survivor " << survivors.back() << " of fault " << fault << " is gone";
+    const size_t victim = rng() % 2;
+    ::kill(training[victim], sig);
+    survivors.push_back(training[1 - victim]);
+    ++fault;
+  }
+  while (job.running() && count(read_all(job.log), "first_step_unix_ns") < static_cast<size_t>(faults + 1))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (job.running() && !survivors.empty()) {
+    const auto training = training_workers(ckpt);
+    EXPECT_NE(std::find(training.begin(), training.end(), survivors.back()), training.end())
+        << "survivor " << survivors.back() << " of the last fault is gone";
+  }
+  const int exit_code = job.wait();
+  const std::string output = read_all(job.log);
+  ASSERT_EQ(survivors.size(), static_cast<size_t>(faults)) << "the job ended before the last fault: " << output;
+  EXPECT_EQ(exit_code, 0) << output;
+  EXPECT_EQ(count(output, "while the other ranks keep running"), static_cast<size_t>(faults)) << output;
+  EXPECT_FALSE(contains(output, "restarting the job")) << "a full restart happened:\n" << output;
+  EXPECT_EQ(count(output, "a collective failed"), static_cast<size_t>(faults)) << output;
+  const auto events = read_all((dir / "run" / "events.jsonl").string());
+  const auto lost = steps_lost_per_restore((dir / "run" / "events.jsonl").string());
+  ASSERT_EQ(lost.size(), static_cast<size_t>(faults)) << events;
+  for (size_t i = 0; i < lost.size(); ++i) EXPECT_LE(lost[i], 1) << "recovery " << i + 1 << " went back " << lost[i] << " steps";
+  size_t recovered = 0;
+  for (const auto& line : cohort::testing::lines(events)) {
+    if (!contains(line, "\"kind\":\"recovered\"")) continue;
+    ++recovered;
+    EXPECT_TRUE(contains(line, "\"source\":\"snapshot\"")) << line;
+  }
+  EXPECT_EQ(recovered, static_cast<size_t>(faults));
+  EXPECT_EQ(final_state(output), expected) << "parameters or momentum differ from the uninterrupted run:\n" << output;
+  fs::remove_all(dir);
+}
+
+TEST(Recovery, SurvivorsKeepRunningThroughFiveSigkillsWithTheUninterruptedRunsResult) {
+  if (!have_dataset()) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  expect_survivors_keep_running(SIGKILL, 5, "");
+}
+
+// Where the workers cannot rejoin — LocalSGD does not reconnect yet, so keep_running() does not
+// offer to — --keep-survivors falls back to restarting the round, with the same result.
+TEST(Recovery, KeepSurvivorsRestartsTheRoundWhereAWorkerCannotRejoin) {
+  if (!have_dataset()) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  const fs::path dir = fs::temp_directory_path() / ("cohort_norejoin_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string example_args = " --no-eval --threads 1 --log-every 0 --max-steps 60 --local-sgd 4 --report-first-step";
+  const std::string run = kCohort + " run --nproc-per-node 2 --threads-per-proc 1 --max-restarts 2 --no-dashboard";
+  const auto straight = run_shell(run + " -- " + kExample + " --ckpt-dir " + (dir / "straight").string() + example_args);
+  ASSERT_EQ(straight.exit_code, 0) << straight.output;
+  const std::string ckpt = (dir / "faulty").string();
+  Job job(run + " --keep-survivors -- " + kExample + " --ckpt-dir " + ckpt + " --snapshot-every 1" + example_args,
+          (dir / "faulty.log").string());
+  ASSERT_GT(job.pid, 0);
+  const int sent = signal_at_random_moments(job, ckpt, SIGKILL, 1, 20261205, 100, 300);
+  const int exit_code = job.wait();
+  const std::string output = read_all(job.log);
+  ASSERT_EQ(sent, 1) << output;
+  EXPECT_EQ(exit_code, 0) << output;
+  EXPECT_TRUE(contains(output, "restarting the job (restart 1 of 2)")) << output;
+  EXPECT_FALSE(contains(output, "keep running")) << output;
+  // Local SGD's optimizers are each rank's own: the two ranks' lines, in either order.
+  auto sorted_states = [](const std::string& text) {
+    std::istringstream in(final_state(text));
+    std::vector<std::string> v{std::istream_iterator<std::string>(in), std::istream_iterator<std::string>()};
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  EXPECT_EQ(sorted_states(output), sorted_states(straight.output)) << output;
+  fs::remove_all(dir);
+}
+
+TEST(Recovery, SurvivorsKeepRunningThroughHangsWithTheUninterruptedRunsResult) {
+  if (!have_dataset()) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  expect_survivors_keep_running(SIGSTOP, 2, " --hang-timeout 3");
+}
+}  // namespace
