@@ -8,14 +8,15 @@ per step (DCP commits with its .metadata file), and a start loads the newest com
 Rank 0 prints "first_step_unix_ns <ns> step <n>" when the first step of this start completes (the
 same line as examples/fashion_mnist --report-first-step), and a JSON line at the end.
 """
-import argparse, json, os, time
+import argparse, json, os, sys, time
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from peer_ddp import Cnn, read_idx
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # bench/peer_ddp.py
+from peer_ddp import Cnn, read_idx  # noqa: E402
 
 
 def dcp_save(model, opt, step, ckpt_dir):
