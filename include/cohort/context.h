@@ -116,8 +116,12 @@ class Context {
   mutable c10::intrusive_ptr<Backend> cuda_group_;  // created on first use
   std::unique_ptr<detail::ShmAllreduce> shm_;
   std::atomic<int64_t> sequence_{0};
-  // Objects that reconnect after a rejoin, by registration number (ContextInternals).
-  std::map<int64_t, std::function<void()>> rejoin_listeners_;
+  // Objects that reconnect after a rejoin, by registration number (ContextInternals): what each
+  // lets go of the old groups first, and how it reconnects to the new ones.
+  struct RejoinListener {
+    std::function<void()> release, reconnect;
+  };
+  std::map<int64_t, RejoinListener> rejoin_listeners_;
   int64_t next_listener_ = 0;
   std::string cannot_rejoin_;  // the first object that cannot reconnect, if any
   std::vector<std::unique_ptr<detail::ShmAllreduce>> retired_shm_;  // mapped until the end: an old reducer may hold one

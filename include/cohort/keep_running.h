@@ -33,6 +33,7 @@ namespace cohort {
 
 class Context;
 
+/// Settings of keep_running().
 struct KeepRunningOptions {
   /// How long a survivor waits for the agent's word of a replacement after a collective failed.
   /// COHORT_REJOIN_WAIT_S overrides it.

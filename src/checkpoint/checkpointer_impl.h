@@ -132,7 +132,8 @@ class Checkpointer::Impl {
   // The save in flight is given up (rank 0 stops waiting for the lost rank's part; a part that came
   // is still committed), the save count starts again with the new generation's keys, and the
   // constructor's agreements are made again: the replacement's constructor makes them now.
-  void reconnect();
+  void release();    // the save in flight given up, the buddies' old group dropped
+  void reconnect();  // the constructor's agreements again
   std::atomic<bool> abandon_{false};  // the writer stops waiting for parts
   int64_t rejoin_listener_ = -1;
 

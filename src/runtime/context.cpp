@@ -296,9 +296,11 @@ void Context::rejoin(int generation) {
   }
   detail::log_info("re-forming the process groups as generation " + std::to_string(generation) +
                    " (a peer was replaced; this process keeps running)");
+  for (auto& [key, listener] : rejoin_listeners_) listener.release();
   // The old group's destructor waits for the work it still has, which fails once its peers close
   // theirs: on a thread of its own, so that this rank never waits for a peer it abandoned. Closing
-  // it is what makes a rank blocked on this one (not on the dead one) fail over too.
+  // it — nothing else holds it once every object released it — is what makes a rank blocked on
+  // this one (not on the dead one: a ring's far side on Gloo) fail over too.
   if (cpu_group_) std::thread([old = std::move(cpu_group_)]() mutable { old.reset(); }).detach();
   if (cuda_group_) std::thread([old = std::move(cuda_group_)]() mutable { old.reset(); }).detach();
   cpu_group_ = {};
@@ -311,7 +313,7 @@ void Context::rejoin(int generation) {
     detail::record_process_identity(*who);
   }
   // In registration order: the order in which the replacement constructs the same objects.
-  for (auto& [key, reconnect] : rejoin_listeners_) reconnect();
+  for (auto& [key, listener] : rejoin_listeners_) listener.reconnect();
 }
 
 Context::~Context() = default;

@@ -14,12 +14,14 @@ struct ContextInternals {
   /// A number unique within the job for objects created in the same order on every rank (a DDP
   /// module, a checkpoint), used to keep their store keys apart.
   static int64_t next_sequence(Context& ctx) { return ctx.sequence_++; }
-  /// Registers what an object does when the groups are re-formed (Context::rejoin): the same
-  /// collectives its constructor made, in the same order, so that it meets the replacement's
-  /// constructor. Returns the key for remove_rejoin_listener (call it in the destructor).
-  static int64_t add_rejoin_listener(Context& ctx, std::function<void()> reconnect) {
+  /// Registers what an object does when the groups are re-formed (Context::rejoin): `release`
+  /// drops what it holds of the old groups (so that they close: a rank still waiting on this one
+  /// then fails over too), before the new ones form; `reconnect` makes the collectives its
+  /// constructor made, in the same order, so that it meets the replacement's constructor.
+  /// Returns the key for remove_rejoin_listener (call it in the destructor).
+  static int64_t add_rejoin_listener(Context& ctx, std::function<void()> release, std::function<void()> reconnect) {
     const int64_t key = ctx.next_listener_++;
-    ctx.rejoin_listeners_[key] = std::move(reconnect);
+    ctx.rejoin_listeners_[key] = {std::move(release), std::move(reconnect)};
     return key;
   }
   /// The store the current generation's groups meet in (subgroups are made there too).

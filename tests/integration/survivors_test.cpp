@@ -3,7 +3,9 @@
 // worker cannot rejoin, the round restarts as before. The Fashion-MNIST example, real processes.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <iterator>
+#include <thread>
 
 #include "support/recovery_jobs.h"
 
@@ -99,6 +101,45 @@ void expect_survivors_keep_running(int sig, int faults, const std::string& launc
 TEST(Recovery, SurvivorsKeepRunningThroughFiveSigkillsWithTheUninterruptedRunsResult) {
   if (!have_dataset()) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
   expect_survivors_keep_running(SIGKILL, 5, "");
+}
+
+// Four ranks over Gloo alone (no shared-memory allreduce): the ring's far side (rank 0 when rank 2
+// dies) waits on survivors, not on the dead rank. The survivors let go of the old group before
+// re-forming, which closes their connections, so rank 0's wait fails too and it rejoins; the job
+// ends bitwise where an uninterrupted run does, without a full restart.
+TEST(Recovery, FourRanksOnGlooRejoinWhenTheRingsFarSideWaitedOnASurvivor) {
+  if (!have_dataset()) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  const fs::path dir = fs::temp_directory_path() / ("cohort_ring_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string example_args = " --no-eval --threads 1 --log-every 0 --max-steps 600 --batch-size 32 --report-first-step";
+  const std::string run = "COHORT_SHM=0 " + kCohort + " run --nproc-per-node 4 --threads-per-proc 1 --no-dashboard";
+  const auto straight = run_shell(run + " -- " + kExample + " --ckpt-dir " + (dir / "straight").string() + example_args);
+  ASSERT_EQ(straight.exit_code, 0) << straight.output;
+  const std::string ckpt = (dir / "faulty").string();
+  Job job(run + " --max-restarts 2 --keep-survivors -- " + kExample + " --ckpt-dir " + ckpt + " --snapshot-every 1" +
+              example_args,
+          (dir / "faulty.log").string());
+  ASSERT_GT(job.pid, 0);
+  pid_t victim = -1;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
+  while (victim < 0 && job.running() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (count(read_all(job.log), "first_step_unix_ns") == 0) continue;
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    for (pid_t p : worker_pids(ckpt))
+      if (started_with(p, "COHORT_RANK") == "2") victim = p;
+  }
+  ASSERT_GT(victim, 0) << read_all(job.log);
+  ::kill(victim, SIGKILL);
+  const int exit_code = job.wait();
+  const std::string output = read_all(job.log);
+  EXPECT_EQ(exit_code, 0) << output;
+  EXPECT_EQ(count(output, "while the other ranks keep running"), 1u) << output;
+  EXPECT_EQ(count(output, "a collective failed"), 3u) << "every survivor rejoins:\n" << output;
+  EXPECT_FALSE(contains(output, "restarting the job")) << output;
+  EXPECT_EQ(final_state(output), final_state(straight.output)) << output;
+  fs::remove_all(dir);
 }
 
 // Where the workers cannot rejoin — LocalSGD does not reconnect yet, so keep_running() does not

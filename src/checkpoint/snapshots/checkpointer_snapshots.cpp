@@ -44,7 +44,7 @@ void Checkpointer::Impl::open_snapshots() {
   if (machines > 1) inner.buddies_ = ckpt::make_buddies(ctx_);
 }
 
-void Checkpointer::Impl::reconnect() {
+void Checkpointer::Impl::release() {
   abandon_ = true;
   const std::string e = join();
   abandon_ = false;
@@ -52,6 +52,10 @@ void Checkpointer::Impl::reconnect() {
     detail::log(detail::LogLevel::info, std::string(is_snapshots_ ? "the snapshot" : "the checkpoint save") +
                                             " in flight when a peer failed was given up: " + e);
   saves_started_ = 0;  // the replacement counts from 0, under the new generation's keys
+  buddies_ = {};       // its group is the old generation's
+}
+
+void Checkpointer::Impl::reconnect() {
   if (owner_.options_.snapshot_every_steps <= 0) return;
   // The constructor's agreements again, as the replacement's constructor makes them now.
   std::string why_none;

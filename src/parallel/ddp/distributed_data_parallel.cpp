@@ -88,7 +88,8 @@ DataParallelCore::DataParallelCore(std::shared_ptr<torch::nn::Module> module, st
   impl_->monitor->set_identity(c.rank(), c.world_size(), c.env().restart_count);
   if (device.is_cuda()) impl_->monitor->note_cuda_device(std::max<int>(0, device.index()));
   impl_->connect();
-  impl_->rejoin_listener = ContextInternals::add_rejoin_listener(c, [impl = impl_.get()] { impl->connect(); });
+  impl_->rejoin_listener = ContextInternals::add_rejoin_listener(
+      c, [impl = impl_.get()] { impl->reducer.reset(); }, [impl = impl_.get()] { impl->connect(); });
 }
 
 DataParallelCore::~DataParallelCore() {
