@@ -44,10 +44,10 @@ void take_messages(WorkerLink& link, WorkerGroup& workers, HangDetector& hangs, 
                    std::set<int64_t>& training) {
   const auto now = HangDetector::clock::now();
   for (WorkerMessage& m : link.receive()) {
-    if (m.type == "heartbeat" && workers.running(static_cast<pid_t>(m.pid))) {
-      hangs.heard(static_cast<pid_t>(m.pid), m.heartbeat, now);
-      Worker& w = *workers.running(static_cast<pid_t>(m.pid));
-      w.rejoinable = m.heartbeat.rejoinable;
+    Worker* w = m.type == "heartbeat" ? workers.running(static_cast<pid_t>(m.pid)) : nullptr;
+    if (w != nullptr) {
+      hangs.heard(w->pid, m.heartbeat, now);
+      w->rejoinable = m.heartbeat.rejoinable;
       if (m.heartbeat.training()) training.insert(m.pid);
     } else if (monitor && m.body.is_object() && in_group(workers, m.pid)) {
       monitor->worker_message(m.body);

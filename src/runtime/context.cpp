@@ -303,8 +303,6 @@ void Context::rejoin(int generation) {
   // this one (not on the dead one: a ring's far side on Gloo) fail over too.
   if (cpu_group_) std::thread([old = std::move(cpu_group_)]() mutable { old.reset(); }).detach();
   if (cuda_group_) std::thread([old = std::move(cuda_group_)]() mutable { old.reset(); }).detach();
-  cpu_group_ = {};
-  cuda_group_ = {};
   if (shm_) retired_shm_.push_back(std::move(shm_));
   env_.generation = generation;
   connect_groups();

@@ -27,7 +27,7 @@ double wall_now() {
 
 std::string plural(int n, const std::string& word) { return std::to_string(n) + " " + word + (n == 1 ? "" : "s"); }
 
-// The first line of a failure summary, without the "cohort run: " in front.
+// The first line of a failure summary or a notice, without the "cohort run: " in front.
 std::string first_line(const std::string& summary) {
   std::string line = summary.substr(0, summary.find('\n'));
   if (line.rfind("cohort run: ", 0) == 0) line.erase(0, 12);
@@ -184,15 +184,13 @@ void JobMonitor::round_failed(const Outcome& outcome) {
 
 void JobMonitor::restarting(const std::string& notice, int restarts) {
   if (!hub_) return;
-  std::string line = notice.substr(0, notice.find('\n'));
-  if (line.rfind("cohort run: ", 0) == 0) line.erase(0, 12);
+  const std::string line = first_line(notice);
   hub_->job_event("restart", line, {{"restarts", restarts}, {"reason", line}});
 }
 
 void JobMonitor::replaced(const std::string& notice, int rank, int generation, int restarts) {
   if (!hub_) return;
-  std::string line = notice.substr(0, notice.find('\n'));
-  if (line.rfind("cohort run: ", 0) == 0) line.erase(0, 12);
+  const std::string line = first_line(notice);
   hub_->job_event("replaced", line, {{"rank", rank}, {"generation", generation}, {"restarts", restarts}, {"reason", line}});
 }
 

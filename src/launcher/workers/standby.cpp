@@ -17,11 +17,7 @@ StandbyWorkers::~StandbyWorkers() { discard(); }
 void StandbyWorkers::start(const std::vector<WorkerPlace>& places, const std::vector<std::string>& command,
                            const std::vector<std::string>& extra_env) {
   discard();
-  const std::vector<std::string> base = current_environment();
-  std::vector<std::string> extra = extra_env;
-  extra.push_back("COHORT_STANDBY=1");
-  for (const WorkerPlace& place : places)
-    standby_.push_back({place, spawn_worker(command, worker_environment(base, place, extra))});
+  top_up(places, command, extra_env);  // none is covered now: one per place
 }
 
 bool StandbyWorkers::ready_for(const std::vector<WorkerPlace>& places, const WorkerLink& link) {

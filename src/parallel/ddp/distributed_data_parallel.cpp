@@ -51,7 +51,6 @@ void DataParallelCore::Impl::connect() {
       throw ConfigError(c.rank(), "DDP allreduce 'hierarchical' is not possible in this job: " + why);
     }
   }
-  reducer.reset();  // the old one's hooks go before the new one's come
   reducer = GradReducer::create(trainable, c.group(device), detail::ContextInternals::shm_allreduce(c), c.rank(),
                                 c.world_size(), options, monitor, std::move(comm));
 }
@@ -88,6 +87,7 @@ DataParallelCore::DataParallelCore(std::shared_ptr<torch::nn::Module> module, st
   impl_->monitor->set_identity(c.rank(), c.world_size(), c.env().restart_count);
   if (device.is_cuda()) impl_->monitor->note_cuda_device(std::max<int>(0, device.index()));
   impl_->connect();
+  // Released before a rejoin: the old reducer's hooks go, and with it what it holds of the old groups.
   impl_->rejoin_listener = ContextInternals::add_rejoin_listener(
       c, [impl = impl_.get()] { impl->reducer.reset(); }, [impl = impl_.get()] { impl->connect(); });
 }
