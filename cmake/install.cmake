@@ -1,19 +1,19 @@
 # Installing cohort for other projects (issue 20): `cmake --install build --prefix P` puts the
-# library, the public headers, the `cohort` command, a CMake package (find_package(cohort) ->
+# library, the public headers, the `cohort` and `cohort-store` commands, a CMake package (find_package(cohort) ->
 # cohort::cohort) and a pkg-config file under P. docs/install.md says how to consume each.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 # Installed programs and the library find libcohort beside them (P/bin -> P/lib), and a libtorch
 # outside the system's directories (a wheel's) where the build found it.
-set_target_properties(cohort cohort_cli PROPERTIES
+set_target_properties(cohort cohort_cli cohort_store_host PROPERTIES
   INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}"
   INSTALL_RPATH_USE_LINK_PATH TRUE)
 
 install(TARGETS cohort EXPORT cohortTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-install(TARGETS cohort_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(TARGETS cohort_cli cohort_store_host RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/cohort ${PROJECT_BINARY_DIR}/include/cohort
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} FILES_MATCHING PATTERN "*.h")
 

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <vector>
@@ -125,6 +126,9 @@ class Context {
   int64_t next_listener_ = 0;
   std::string cannot_rejoin_;  // the first object that cannot reconnect, if any
   std::vector<std::unique_ptr<detail::ShmAllreduce>> retired_shm_;  // mapped until the end: an old reducer may hold one
+  // The current generation's subgroups (make_cpu_subgroup), abandoned with the world group at a rejoin.
+  mutable std::mutex subgroups_mutex_;
+  mutable std::vector<c10::weak_intrusive_ptr<Backend>> subgroups_;
 };
 
 /// Joins the job described by the environment (see job_env.h). Throws ConfigError for a bad

@@ -38,6 +38,10 @@ struct JobEnv {
   /// A process started with a generation above 0 joins a job that is already running.
   int generation = 0;
   std::string store_file;       ///< COHORT_STORE_FILE: the ranks meet in a FileStore there (empty: TCPStore)
+  /// COHORT_STORE_HOSTED=1: the TCPStore at master_addr:master_port is hosted outside the workers
+  /// (by node 0's `cohort run --keep-survivors`, tools/store_host_main.cpp), so that it outlives any
+  /// of them; rank 0 connects to it like every other rank instead of hosting it.
+  bool store_hosted = false;
   std::string job_key;          ///< COHORT_JOB_KEY (from cohort run): signs checkpoint commit parts (empty: unsigned)
   std::string source = "none";  ///< "cohort", "torchrun", "openmpi", "slurm" or "none"
 };

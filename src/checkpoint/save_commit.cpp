@@ -71,7 +71,7 @@ void Checkpointer::Impl::adopt_manifest(const SaveJob& job, const std::string& p
   const std::string k = manifest_key(job);
   auto& s = store();
   try {
-    s->wait({k}, owner_.options_.commit_timeout);
+    wait_for_keys(*s, {k}, owner_.options_.commit_timeout, abandon_);  // rank 0 may be the peer that failed
   } catch (const std::exception&) {
     throw CheckpointError(rank_, "snapshot of step " + std::to_string(job.step) + ": rank 0's manifest did not come");
   }

@@ -29,6 +29,7 @@
 #include "launcher/workers/snapshot_memory.h"
 #include "launcher/workers/standby.h"
 #include "launcher/recovery/repair.h"
+#include "launcher/recovery/store_host.h"
 #include "launcher/supervisor.h"
 #include "launcher/watch/watch.h"
 #include "launcher/workers/worker_group.h"
@@ -82,6 +83,7 @@ std::vector<WorkerPlace> local_places(const RunOptions& o, const Assignment& a, 
     p.max_restarts = o.max_restarts;
     p.threads = o.threads_per_proc;
     p.job.store_file = store_file(o, a, watch);
+    p.job.store_hosted = agent_hosts_store(o);
     places.push_back(p);
   }
   return places;
@@ -176,6 +178,7 @@ int run_rounds(RunOptions& o, RendezvousResult& rdzv, SignalPipe& signals, JobMo
   const bool warm_spares = o.warm_spares && watch.link != nullptr;
   if (o.warm_spares && !warm_spares) std::cerr << "cohort run: warning: no worker link, so no warm spares\n";
   StandbyWorkers standby;
+  StoreHost store_host;  // node 0, --keep-survivors on several nodes: the workers' store (store_host.h)
   int repairs = 0;  // workers replaced while the others kept running (--keep-survivors), all rounds
 
   for (;;) {
@@ -188,6 +191,8 @@ int run_rounds(RunOptions& o, RendezvousResult& rdzv, SignalPipe& signals, JobMo
     const std::vector<WorkerPlace> places = local_places(o, assignment, watch);
     bool warm_start = false;
     try {
+      if (assignment.node_rank == 0 && agent_hosts_store(o))
+        store_host.start(assignment.master_addr, assignment.master_port, o.rdzv_timeout_s);
       // Reading the link learns the spares' addresses; what else is queued is the last round's.
       if (!standby.empty()) watch.link->receive();
       if (!standby.empty() && standby.ready_for(places, *watch.link)) {
@@ -217,9 +222,10 @@ int run_rounds(RunOptions& o, RendezvousResult& rdzv, SignalPipe& signals, JobMo
     // The next round's warm spares start once this round trains, while restarts are left; with
     // --keep-survivors they are spares for this round's own places, each to replace one worker.
     std::function<void()> start_spares;
+    int restarts = assignment.restarts;  // the job's restarts and repairs, as node 0 counts them
     if (warm_spares && o.keep_survivors) {
       start_spares = [&] {
-        if (assignment.restarts + repairs >= o.max_restarts) return;
+        if (restarts >= o.max_restarts) return;
         try {
           standby.top_up(places, o.command, worker_env);
         } catch (const std::exception& e) {  // a replacement will be a new process instead
@@ -239,20 +245,40 @@ int run_rounds(RunOptions& o, RendezvousResult& rdzv, SignalPipe& signals, JobMo
       };
     }
     Outcome outcome;
-    for (int generation = 0;;) {
+    for (;;) {
       outcome = supervise(group, coordinator, signals, round, &watch, &monitor, start_spares);
-      // --keep-survivors: one failed worker replaced, the others rejoin around it (repair.h).
-      const auto repair = repair_in_place(o, outcome, group, watch, standby, generation, assignment.restarts + repairs,
-                                          worker_env, signals);
+      // --keep-survivors (repair.h): another node replaces a worker and ours rejoin around it, or
+      // one of ours failed and is replaced alone once node 0 grants it.
+      if (outcome.kind == Outcome::peer_repaired) {
+        tell_rejoin(group, watch, outcome.repair->generation);
+        restarts = outcome.repair->restarts;
+        ++repairs;
+        if (o.verbose || monitor.leading()) std::cerr << outcome.summary << std::flush;
+        monitor.round_failed(outcome);
+        monitor.replaced(outcome.summary, outcome.repair->rank, outcome.repair->generation, restarts);
+        continue;
+      }
+      const auto lost = repairable(o, outcome, group, watch, restarts);
+      if (!lost) break;
+      std::optional<RepairGrant> grant;
+      try {
+        grant = coordinator.request_repair(outcome, signals);
+      } catch (const Interrupted& e) {
+        outcome = {Outcome::interrupted, "", e.signal, std::nullopt, std::nullopt};
+        break;
+      }
+      if (!grant) break;
+      restarts = grant->restarts;
+      const auto repair = replace_worker(o, outcome, *lost, *grant, group, watch, standby, worker_env, signals);
       if (!repair) break;
       monitor.round_failed(outcome);
       std::cerr << repair->notice << std::flush;
       ++repairs;
-      monitor.replaced(repair->notice, repair->rank, repair->generation, assignment.restarts + repairs);
+      monitor.replaced(repair->notice, grant->rank, grant->generation, restarts);
     }
     if (outcome.kind != Outcome::succeeded) monitor.round_failed(outcome);
     if (outcome.kind == Outcome::succeeded) {
-      if (round > 0 || repairs > 0 || o.verbose) std::cerr << success_note(assignment.restarts + repairs) << std::flush;
+      if (round > 0 || repairs > 0 || o.verbose) std::cerr << success_note(restarts) << std::flush;
       return 0;
     }
     if (outcome.kind == Outcome::interrupted) outcome.summary = interrupt_summary(o, outcome.signal);
@@ -264,8 +290,10 @@ int run_rounds(RunOptions& o, RendezvousResult& rdzv, SignalPipe& signals, JobMo
     int interrupt = dump_flight_records(outcome, group, watch, round, o.stop_grace_s, signals);
     const int late_interrupt = group.stop(o.stop_grace_s, signals);
     if (interrupt == 0) interrupt = late_interrupt;
+    // No worker of the next round may meet in this round's store (its keys are this round's).
+    store_host.stop();
     if (outcome.kind == Outcome::interrupted) {
-      print_end(o, history, assignment.restarts, outcome.summary);
+      print_end(o, history, restarts, outcome.summary);
       return 128 + outcome.signal;
     }
     RoundEnd end;
@@ -279,31 +307,31 @@ int run_rounds(RunOptions& o, RendezvousResult& rdzv, SignalPipe& signals, JobMo
       const std::string summary = interrupt_summary(o, interrupt);
       coordinator.abort(summary);
       if (outcome.failure) history.push_back(*outcome.failure);
-      print_end(o, history, assignment.restarts, summary);
+      print_end(o, history, restarts, summary);
       return 128 + interrupt;
     }
     if (end.failure) history.push_back(*end.failure);
     if (!end.restart) {
-      print_end(o, history, assignment.restarts, end.summary);
+      print_end(o, history, restarts, end.summary);
       return 1;
     }
 
     // 4. The next round: every node agrees on its number before any worker starts.
     //    An elastic job's coordinator words the notice itself (a membership change is no restart).
     const std::string notice = !end.notice.empty() ? end.notice
-                               : end.failure       ? restart_notice(*end.failure, round + 1, o.max_restarts)
+                               : end.failure       ? restart_notice(*end.failure, restarts + 1, o.max_restarts)
                                                    : "cohort run: round " + std::to_string(round) + " failed; restarting the job\n";
     std::cerr << notice << std::flush;
-    monitor.restarting(notice, assignment.restarts + (end.failure ? 1 : 0));
+    monitor.restarting(notice, restarts + (end.failure ? 1 : 0));
     try {
       assignment = coordinator.next_round(signals);
     } catch (const Interrupted& e) {
       const std::string summary = interrupt_summary(o, e.signal);
       coordinator.abort(summary);
-      print_end(o, history, assignment.restarts, summary);
+      print_end(o, history, restarts, summary);
       return 128 + e.signal;
     } catch (const JobStopped& e) {
-      print_end(o, history, assignment.restarts, e.what());
+      print_end(o, history, restarts, e.what());
       return 1;
     }
   }

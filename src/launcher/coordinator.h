@@ -24,12 +24,14 @@ namespace cohort::launcher {
 class SignalPipe;
 
 struct PeerEvent {
-  enum Kind { failed, stopped, lost } kind;
+  enum Kind { failed, stopped, lost, repaired } kind;
   // failed: a worker failed on another node (node 0 then decides; the others hear node 0's verdict)
   // stopped: another node stopped the job for good (interrupted, could not start its workers)
   // lost: a peer's agent is gone
-  std::string text;  // the summary to print if the job ends here
-  std::optional<RoundFailure> failure;  // failed: the worker failure
+  // repaired: --keep-survivors: another node replaces a failed worker; this node's workers rejoin
+  std::string text;  // the summary to print if the job ends here (repaired: the notice)
+  std::optional<RoundFailure> failure;  // failed, repaired: the worker failure
+  std::optional<RepairGrant> repair = std::nullopt;  // repaired: node 0's grant
 };
 
 class Coordinator {
@@ -59,6 +61,20 @@ class Coordinator {
   /// lost, stopped the job or did not arrive in time.
   virtual Assignment next_round(SignalPipe& signals) = 0;
 
+  // --- --keep-survivors (recovery/repair.h): one worker replaced while the others keep running ---
+  /// Whether every worker of this node trains inside keep_running() and could rejoin; the
+  /// supervisor says so on every turn, another node's coordinator tells node 0 when it changes.
+  /// Node 0 grants a repair only while every other node's workers could rejoin.
+  virtual void set_rejoinable(bool /*all*/) {}
+  /// A worker of this node failed (`outcome`) and this node could replace it alone: asks node 0
+  /// (node 0 and a lone agent decide themselves) whether it may, within the restarts left. A
+  /// grant goes to every other node as well, whose workers then rejoin (PeerEvent::repaired).
+  /// std::nullopt: the round ends as usual (round_over() next) — always for an elastic job, whose
+  /// workers meet in a new world instead. Throws Interrupted.
+  virtual std::optional<RepairGrant> request_repair(const Outcome& /*outcome*/, SignalPipe& /*signals*/) {
+    return std::nullopt;
+  }
+
   /// The job ends here for a reason found outside supervision (an interrupt between rounds, workers
   /// that could not start): tells the other nodes to stop for good, with the summary to print.
   virtual void abort(const std::string& summary) = 0;
@@ -87,8 +103,14 @@ class SoloCoordinator : public Coordinator {
   Assignment next_round(SignalPipe&) override {
     ++assignment_.round;
     ++assignment_.restarts;  // one node: every next round follows a worker failure
+    generation_ = 0;
     done_ = false;
     return assignment_;
+  }
+  std::optional<RepairGrant> request_repair(const Outcome& outcome, SignalPipe&) override {
+    if (!outcome.failure || assignment_.restarts >= max_restarts_) return std::nullopt;
+    ++assignment_.restarts;  // a repair counts against --max-restarts like a restart
+    return RepairGrant{outcome.failure->who.rank, assignment_.node_rank, ++generation_, assignment_.restarts};
   }
   void abort(const std::string&) override {}
 
@@ -96,6 +118,7 @@ class SoloCoordinator : public Coordinator {
   Assignment assignment_;
   int max_restarts_;
   RoundEnd end_;
+  int generation_ = 0;  // repairs granted in this round
   bool done_ = false;
 };
 

@@ -17,9 +17,9 @@ std::string describe_failure(const RoundFailure& f) {
          std::to_string(f.who.local_rank) + ", pid " + std::to_string(f.who.pid) + ") " + f.how;
 }
 
-std::string restart_notice(const RoundFailure& f, int next_round, int max_restarts) {
+std::string restart_notice(const RoundFailure& f, int restart, int max_restarts) {
   return "cohort run: round " + std::to_string(f.round()) + " failed: " + describe_failure(f) +
-         "; restarting the job (restart " + std::to_string(next_round) + " of " + std::to_string(max_restarts) +
+         "; restarting the job (restart " + std::to_string(restart) + " of " + std::to_string(max_restarts) +
          ")\n";
 }
 

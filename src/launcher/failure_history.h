@@ -13,8 +13,9 @@ namespace cohort::launcher {
 /// "rank 1 (node 0, local rank 1, pid 4242) exited with code 3"
 std::string describe_failure(const RoundFailure& failure);
 
-/// "cohort run: round 0 failed: rank 1 (...) exited with code 3; restarting the job (restart 1 of 3)"
-std::string restart_notice(const RoundFailure& failure, int next_round, int max_restarts);
+/// "cohort run: round 0 failed: rank 1 (...) exited with code 3; restarting the job (restart 1 of 3)";
+/// `restart`: the job's restarts with this one (repairs under --keep-survivors count too)
+std::string restart_notice(const RoundFailure& failure, int restart, int max_restarts);
 
 /// "cohort run: job succeeded after 2 restarts"
 std::string success_note(int restarts);

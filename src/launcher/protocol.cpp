@@ -23,4 +23,11 @@ std::optional<RoundFailure> failure_from(const nlohmann::json& message) {
   return f;
 }
 
+std::string repair_notice(const RoundFailure& failure, const RepairGrant& grant, int max_restarts) {
+  return "cohort run: rank " + std::to_string(grant.rank) + " (node " + std::to_string(grant.node) + ") " +
+         failure.how + "; node " + std::to_string(grant.node) + " replaces it, the ranks here rejoin (generation " +
+         std::to_string(grant.generation) + ", restart " + std::to_string(grant.restarts) + " of " +
+         std::to_string(max_restarts) + ")\n";
+}
+
 }  // namespace cohort::launcher

@@ -57,6 +57,16 @@ struct RoundFailure {
 /// Stamps a worker's failure with the round and the current time.
 RoundFailure round_failure(const WorkerFailure& failure, int round);
 
+/// `cohort run --keep-survivors` (recovery/repair.h): the job's word that the failed worker of
+/// `rank` is replaced alone under `generation` while every other rank rejoins around it. Node 0
+/// (or the lone agent) grants it and tells every node, so that all agree on the generation.
+struct RepairGrant {
+  int rank = -1;
+  int node = 0;         // the node that replaces the worker
+  int generation = 0;   // COHORT_GENERATION of the re-formed process groups, from 1 in each round
+  int restarts = 0;     // the job's restarts and repairs, this one included (what --max-restarts limits)
+};
+
 /// How a round ended as this node saw it first (the supervisor's result).
 struct Outcome {
   enum Kind {
@@ -66,10 +76,13 @@ struct Outcome {
     peer_stopped,   // another node stopped the job: it was interrupted or could not start its workers
     peer_lost,      // another node's agent is gone
     interrupted,    // this agent received SIGINT / SIGTERM / SIGHUP
+    peer_repaired,  // not an end: another node replaces a failed worker and this node's workers
+                    // rejoin around it (--keep-survivors); the round goes on
   } kind = succeeded;
   std::string summary;                  // what to print if the job ends here
   int signal = 0;                       // interrupted: the signal received
-  std::optional<RoundFailure> failure;  // worker_failed, peer_failed: the failure
+  std::optional<RoundFailure> failure;  // worker_failed, peer_failed, peer_repaired: the failure
+  std::optional<RepairGrant> repair = std::nullopt;  // peer_repaired: what node 0 granted
 };
 
 /// The job's decision about a round that did not succeed.

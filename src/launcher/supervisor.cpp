@@ -24,6 +24,7 @@ Outcome::Kind outcome_of(PeerEvent::Kind kind) {
   switch (kind) {
     case PeerEvent::failed: return Outcome::peer_failed;
     case PeerEvent::stopped: return Outcome::peer_stopped;
+    case PeerEvent::repaired: return Outcome::peer_repaired;
     case PeerEvent::lost: break;
   }
   return Outcome::peer_lost;
@@ -94,7 +95,12 @@ Outcome supervise(WorkerGroup& workers, Coordinator& coordinator, SignalPipe& si
         return {Outcome::worker_failed, failure.summary, 0, failure};
       }
     }
-    if (auto event = coordinator.handle(fds)) return {outcome_of(event->kind), event->text, 0, event->failure};
+    // --keep-survivors: node 0 grants repairs only while every node's workers could rejoin.
+    bool rejoinable = !workers.workers().empty();
+    for (const Worker& w : workers.workers()) rejoinable = rejoinable && !w.exited && w.rejoinable;
+    coordinator.set_rejoinable(rejoinable);
+    if (auto event = coordinator.handle(fds))
+      return {outcome_of(event->kind), event->text, 0, event->failure, event->repair};
     if (!reported_done && workers.all_succeeded()) {
       reported_done = true;
       coordinator.local_done();

@@ -32,6 +32,7 @@
 #include "cohort/threads.h"
 #include "log.h"
 #include "duration_text.h"
+#include "runtime/net/gloo_abandon.h"
 #include "runtime/net/net_util.h"
 #include "torch_compat_internal.h"
 #include "runtime/host/shm_allreduce.h"
@@ -157,7 +158,9 @@ c10::intrusive_ptr<c10d::Store> open_file_store(const JobEnv& env, const InitOpt
 c10::intrusive_ptr<c10d::Store> open_tcp_store(const JobEnv& env, const InitOptions& options) {
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<std::uint16_t>(env.master_port);
-  opts.isServer = env.rank == 0;
+  // Rank 0 hosts the store, unless node 0's cohort run does (it then outlives every worker).
+  const bool hosting = env.rank == 0 && !env.store_hosted;
+  opts.isServer = hosting;
   opts.numWorkers = env.world_size;
   opts.waitWorkers = false;  // we wait ourselves below, with a timeout and a count for the message
   opts.timeout = options.store_timeout;
@@ -167,13 +170,13 @@ c10::intrusive_ptr<c10d::Store> open_tcp_store(const JobEnv& env, const InitOpti
     throw ConfigError(env.rank, "MASTER_ADDR '" + env.master_addr + "' does not resolve (" + problem + ")");
   }
   c10::intrusive_ptr<c10d::Store> store;
-  if (env.rank != 0) {
+  if (!hosting) {
     // Whether or not this succeeds, TCPStore below reports the failure with its own cause.
     detail::wait_until_listening(env.master_addr, env.master_port, options.store_timeout.count());
   }
 #if COHORT_TCPSTORE_TAKES_LISTEN_FD
   // The store's server listens on the master address only, not on every interface (docs/security.md).
-  if (env.rank == 0) {
+  if (hosting) {
     std::string problem;
     const int fd = detail::listen_on(env.master_addr, env.master_port, SOMAXCONN, &problem);
     if (fd < 0) {
@@ -189,13 +192,13 @@ c10::intrusive_ptr<c10d::Store> open_tcp_store(const JobEnv& env, const InitOpti
   } catch (const std::exception& e) {
     std::string cause = e.what();
     cause = cause.substr(0, cause.find('\n'));
-    if (env.rank == 0) {
+    if (hosting) {
       throw ConfigError(0, "could not host the store on port " + std::to_string(env.master_port) + " of " +
                                env.master_addr + "; is the port in use? choose another MASTER_PORT (" + cause + ")");
     }
     throw TimeoutError(env.rank, "could not reach the store at " + where + " within " +
                                      seconds_text(options.store_timeout) +
-                                     "; is rank 0 running, MASTER_ADDR/MASTER_PORT right, and every rank's program built against the "
+                                     "; is " + std::string(env.store_hosted ? "node 0's cohort run (which hosts it)" : "rank 0") + " running, MASTER_ADDR/MASTER_PORT right, and every rank's program built against the "
                                      "same libtorch (the stores of libtorch 1.x and 2.x do not talk)? (" + cause + ")");
   }
   return store;
@@ -296,6 +299,16 @@ void Context::rejoin(int generation) {
   }
   detail::log_info("re-forming the process groups as generation " + std::to_string(generation) +
                    " (a peer was replaced; this process keeps running)");
+  // First every old group's connections close (gloo_abandon.h): a peer still waiting in one for
+  // this rank — a ring step, a bucket between nodes, a buddy exchange — fails now instead of at
+  // the collective timeout.
+  if (cpu_group_) detail::abandon_gloo_group(*cpu_group_);
+  {
+    std::lock_guard<std::mutex> lock(subgroups_mutex_);
+    for (auto& weak : subgroups_)
+      if (auto group = weak.lock()) detail::abandon_gloo_group(*group);
+    subgroups_.clear();
+  }
   for (auto& [key, listener] : rejoin_listeners_) listener.release();
   // The old group's destructor waits for the work it still has, which fails once its peers close
   // theirs: on a thread of its own, so that this rank never waits for a peer it abandoned. Closing
@@ -322,8 +335,10 @@ c10::intrusive_ptr<Backend> make_cpu_subgroup(const Context& ctx, const std::str
   auto opts = c10d::ProcessGroupGloo::Options::create(ctx.options().collective_timeout);
   opts->devices.push_back(gloo_device(ctx.env()));
   try {
-    return c10::make_intrusive<c10d::ProcessGroupGloo>(
+    c10::intrusive_ptr<Backend> group = c10::make_intrusive<c10d::ProcessGroupGloo>(
         c10::make_intrusive<c10d::PrefixStore>(prefix, ContextInternals::generation_store(ctx)), rank, size, opts);
+    ContextInternals::track_subgroup(ctx, group);
+    return group;
   } catch (const std::exception& e) {
     std::string cause = e.what();
     throw CommError(ctx.rank(), "could not connect the Gloo subgroup " + prefix + " (" +

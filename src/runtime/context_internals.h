@@ -33,6 +33,11 @@ struct ContextInternals {
   }
   static const std::string& why_not_rejoinable(const Context& ctx) { return ctx.cannot_rejoin_; }
   static void remove_rejoin_listener(Context& ctx, int64_t key) { ctx.rejoin_listeners_.erase(key); }
+  /// A subgroup of the current generation: a rejoin abandons it with the world group.
+  static void track_subgroup(const Context& ctx, const c10::intrusive_ptr<Backend>& group) {
+    std::lock_guard<std::mutex> lock(ctx.subgroups_mutex_);
+    ctx.subgroups_.push_back(c10::weak_intrusive_ptr<Backend>(group));
+  }
 };
 
 /// A Gloo process group over some of the job's ranks (hierarchical allreduce's group of the ranks

@@ -106,6 +106,10 @@ JobEnv resolve_job_env(const EnvLookup& lookup) {
     }
     env.store_file = *file;
   }
+  if (auto hosted = get("COHORT_STORE_HOSTED")) {
+    if (*hosted != "0" && *hosted != "1") throw ConfigError(env.rank, "COHORT_STORE_HOSTED='" + *hosted + "' is not 0 or 1");
+    env.store_hosted = *hosted == "1";
+  }
   if (auto key = get("COHORT_JOB_KEY")) env.job_key = *key;
   if (auto node = get("COHORT_NODE_RANK")) env.node_rank = parse_int("COHORT_NODE_RANK", *node, 0);
   if (auto r = get("COHORT_RESTART_COUNT")) {

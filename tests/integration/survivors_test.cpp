@@ -20,16 +20,6 @@ namespace {
 // the process groups and both resume from the newest in-memory snapshot. No full restart at all:
 // the survivor of each fault keeps its pid, each recovery goes back at most one step, and the job
 // ends bitwise where an uninterrupted run does.
-// The job's training workers: those that mapped the shared-memory allreduce's segment
-// (/dev/shm/cohort-<pid>-<n>), which the warm spares waiting in init() have not.
-std::vector<pid_t> training_workers(const std::string& ckpt_dir) {
-  std::vector<pid_t> out;
-  const std::regex segment("/dev/shm/cohort-[0-9]+-[0-9]+");
-  for (pid_t p : worker_pids(ckpt_dir))
-    if (std::regex_search(read_all("/proc/" + std::to_string(p) + "/maps"), segment)) out.push_back(p);
-  return out;
-}
-
 void expect_survivors_keep_running(int sig, int faults, const std::string& launcher_flags) {
   const fs::path dir = fs::temp_directory_path() / ("cohort_survivors_" + std::to_string(::getpid()));
   fs::remove_all(dir);

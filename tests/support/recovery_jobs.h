@@ -92,6 +92,17 @@ inline std::vector<pid_t> worker_pids(const std::string& ckpt_dir) {
   return out;
 }
 
+// The job's training workers: those that mapped a shared-memory allreduce's segment
+// (/dev/shm/cohort-<pid>-<n>: one machine's, or a node's in the hierarchical allreduce), which the
+// warm spares waiting in init() have not.
+inline std::vector<pid_t> training_workers(const std::string& ckpt_dir) {
+  std::vector<pid_t> out;
+  const std::regex segment("/dev/shm/cohort-[0-9]+-[0-9]+");
+  for (pid_t p : worker_pids(ckpt_dir))
+    if (std::regex_search(read_all("/proc/" + std::to_string(p) + "/maps"), segment)) out.push_back(p);
+  return out;
+}
+
 // Whether a committed checkpoint exists (retention keeps the newest, so look for any).
 inline bool has_checkpoint(const std::string& dir) {
   std::error_code ec;

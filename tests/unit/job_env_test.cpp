@@ -109,4 +109,10 @@ TEST(JobEnv, StoreFile) {
   EXPECT_EQ(e.store_file, "/run/job/store-0");
 }
 
+TEST(JobEnv, StoreHostedOutsideTheWorkers) {
+  EXPECT_FALSE(cohort::resolve_job_env(env({})).store_hosted);  // rank 0 hosts the TCPStore
+  EXPECT_TRUE(cohort::resolve_job_env(env({{"COHORT_STORE_HOSTED", "1"}})).store_hosted);
+  EXPECT_NE(error_of({{"COHORT_STORE_HOSTED", "yes"}}).find("COHORT_STORE_HOSTED='yes' is not 0 or 1"), std::string::npos);
+}
+
 }  // namespace

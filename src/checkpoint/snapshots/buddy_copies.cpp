@@ -49,14 +49,36 @@ void write_into(const std::string& step_dir, const std::vector<std::pair<std::st
   fsync_dir(step_dir, rank);
 }
 
+// Both works, made visible to abort_exchange() while they are waited for.
+void wait_both(Buddies::InFlight& in_flight, WorkHandle& sent, WorkHandle& received) {
+  {
+    std::lock_guard<std::mutex> lock(in_flight.mutex);
+    in_flight.works = {sent, received};
+    if (in_flight.aborted) {
+      for (auto& w : in_flight.works)
+        if (w) w->abort();
+    }
+  }
+  try {
+    if (sent) sent->wait();
+    if (received) received->wait();
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(in_flight.mutex);
+    in_flight.works.clear();
+    throw;
+  }
+  std::lock_guard<std::mutex> lock(in_flight.mutex);
+  in_flight.works.clear();
+  if (in_flight.aborted) throw std::runtime_error("the job re-forms; the exchange was given up");
+}
+
 // Sends `out` to rank `to` and receives what `from` sends, sizes first, over `group`; returns the
 // received bytes.
-at::Tensor swap_blobs(Backend& group, const std::string& out, int to, int from, int tag) {
+at::Tensor swap_blobs(Backend& group, Buddies::InFlight& in_flight, const std::string& out, int to, int from, int tag) {
   std::vector<at::Tensor> out_size{at::full({1}, static_cast<int64_t>(out.size()), at::kLong)};
   std::vector<at::Tensor> in_size{at::zeros({1}, at::kLong)};
   WorkHandle sent = group.send(out_size, to, tag), received = group.recv(in_size, from, tag);
-  sent->wait();
-  received->wait();
+  wait_both(in_flight, sent, received);
   const int64_t in_bytes = in_size[0].item<int64_t>();
   if (in_bytes < 0 || in_bytes > (int64_t{1} << 40)) throw std::runtime_error("an impossible size: " + std::to_string(in_bytes));
   std::vector<at::Tensor> out_blob{at::empty({static_cast<int64_t>(out.size())}, at::kByte)};
@@ -66,8 +88,7 @@ at::Tensor swap_blobs(Backend& group, const std::string& out, int to, int from, 
   received.reset();
   if (!out.empty()) sent = group.send(out_blob, to, tag + 1);
   if (in_bytes > 0) received = group.recv(in_blob, from, tag + 1);
-  if (sent) sent->wait();
-  if (received) received->wait();
+  wait_both(in_flight, sent, received);
   return in_blob[0];
 }
 
@@ -98,7 +119,7 @@ std::string exchange_with_buddies(const Buddies& b, const std::string& step_dir,
   }
   at::Tensor in;
   try {
-    in = swap_blobs(*b.group, blob, b.to, b.from, static_cast<int>((tag % (1 << 20)) * 2));
+    in = swap_blobs(*b.group, *b.in_flight, blob, b.to, b.from, static_cast<int>((tag % (1 << 20)) * 2));
   } catch (const std::exception& e) {
     const std::string what = e.what();
     return "the copy for or from a buddy (ranks " + std::to_string(b.to) + ", " + std::to_string(b.from) +
@@ -117,6 +138,14 @@ std::string exchange_with_buddies(const Buddies& b, const std::string& step_dir,
     return std::string("writing the copy of rank ") + std::to_string(b.from) + "'s files: " + e.what();
   }
   return "";
+}
+
+void abort_exchange(const Buddies& b) {
+  if (!b.in_flight) return;
+  std::lock_guard<std::mutex> lock(b.in_flight->mutex);
+  b.in_flight->aborted = true;
+  for (auto& w : b.in_flight->works)
+    if (w) w->abort();
 }
 
 namespace {

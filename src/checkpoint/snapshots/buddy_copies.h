@@ -19,6 +19,8 @@
 // several machines with per-rank state keeps to disk.
 #pragma once
 
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -31,6 +33,13 @@ struct Buddies {
   int to = -1;    // the rank that keeps a copy of this rank's files
   int from = -1;  // the rank whose files this rank keeps a copy of
   c10::intrusive_ptr<Backend> group;  // the writers' own group (every rank of the job)
+  // The exchange's send and receive in flight on the writer's thread, for abort_exchange().
+  struct InFlight {
+    std::mutex mutex;
+    std::vector<WorkHandle> works;
+    bool aborted = false;
+  };
+  std::shared_ptr<InFlight> in_flight = std::make_shared<InFlight>();
   bool active() const { return to >= 0 && group; }
 };
 
@@ -43,6 +52,11 @@ Buddies make_buddies(Context& ctx);
 /// through; every rank of the job calls it for the same save (`tag` tells saves apart).
 std::string exchange_with_buddies(const Buddies& b, const std::string& step_dir, const std::vector<ManifestFile>& own,
                                   int rank, int64_t tag);
+
+/// From another thread (the job re-forms: Context::rejoin): the exchange in flight, and any that
+/// starts later on `b`, fails at once. A buddy that closed its connections makes ours fail, but
+/// Gloo wakes no wait on the side that closed first: this is what ends this rank's own.
+void abort_exchange(const Buddies& b);
 
 /// Restore, collective (training thread, the job's group), for the snapshot in each machine's
 /// `step_dir` (the same step on every machine): every per-rank file its manifest lists that a

@@ -46,6 +46,7 @@ void Checkpointer::Impl::open_snapshots() {
 
 void Checkpointer::Impl::release() {
   abandon_ = true;
+  ckpt::abort_exchange(buddies_);  // the writer's wait on a buddy, which the buddy no longer answers
   const std::string e = join();
   abandon_ = false;
   if (!e.empty())
@@ -53,6 +54,9 @@ void Checkpointer::Impl::release() {
                                             " in flight when a peer failed was given up: " + e);
   saves_started_ = 0;  // the replacement counts from 0, under the new generation's keys
   buddies_ = {};       // its group is the old generation's
+  // A wait given up between the TCPStore's slices (wait_for_keys) may still be answered on this
+  // connection later, out of turn: the next generation starts on a new one.
+  store_.reset();
 }
 
 void Checkpointer::Impl::reconnect() {

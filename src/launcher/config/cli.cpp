@@ -41,7 +41,8 @@ CLI::App* add_run_command(CLI::App& app, RunOptions& o) {
                 "not wait for new processes to load (needs --max-restarts; docs/launcher.md)");
   run->add_flag("--keep-survivors", o.keep_survivors,
                 "Replace a failed or hung worker alone while the others keep running (programs that train in "
-                "cohort::keep_running(); one machine; needs --max-restarts; docs/fault-tolerance.md)");
+                "cohort::keep_running(); every node with it and the same --max-restarts, which it needs; "
+                "docs/launcher.md)");
   run->add_option("--tail-lines", o.tail_lines, "Lines of a failed worker's output quoted in the summary")
       ->capture_default_str();
   run->add_option("--hang-timeout,--hang_timeout", o.hang_timeout_s,

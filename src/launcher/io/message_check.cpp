@@ -43,7 +43,8 @@ bool is_kind(const json& v, FieldKind k) {
 // kind, even one that reads a field its own type does not list (the fuzzer found that gap).
 const std::set<std::string>& agent_types() {
   static const std::set<std::string> types{"join", "reject", "wait", "start", "done", "stopped", "finish",
-                                           "fail", "abort", "stop", "end", "beat", "monitor"};
+                                           "fail", "abort", "stop", "end", "beat", "monitor",
+                                           "rejoinable", "repair", "rejoin"};
   return types;
 }
 
@@ -55,7 +56,8 @@ const std::vector<FieldSpec>& agent_fields() {
       {"timeout", K::boolean},   {"note", K::string},         {"round", K::integer},       {"restarts", K::integer},
       {"world_size", K::integer}, {"rank_base", K::integer},  {"master_addr", K::string},  {"master_port", K::integer},
       {"notice", K::string},     {"failure", K::object},      {"summary", K::string},      {"restart", K::boolean},
-      {"node", K::integer},      {"m", K::object},
+      {"node", K::integer},      {"m", K::object},            {"keep_survivors", K::boolean},
+      {"max_restarts", K::integer}, {"value", K::boolean},    {"rank", K::integer},        {"generation", K::integer},
   };
   return fields;
 }

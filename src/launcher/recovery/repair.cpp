@@ -10,31 +10,45 @@
 #include "launcher/workers/worker_link.h"
 
 namespace cohort::launcher {
+namespace {
 
-std::optional<Repair> repair_in_place(const RunOptions& o, const Outcome& outcome, WorkerGroup& group,
-                                      const Watch& watch, StandbyWorkers& spares, int& generation, int restarts,
-                                      const std::vector<std::string>& worker_env, SignalPipe& signals) {
+void send_rejoin(WorkerGroup& group, const Watch& watch, int generation, size_t except) {
+  const std::string rejoin = nlohmann::json{{"type", "rejoin"}, {"generation", generation}}.dump();
+  auto& workers = group.workers();
+  for (size_t i = 0; i < workers.size(); ++i)
+    if (i != except && !workers[i].exited) watch.link->request(workers[i].pid, rejoin);
+}
+
+}  // namespace
+
+std::optional<size_t> repairable(const RunOptions& o, const Outcome& outcome, WorkerGroup& group, const Watch& watch,
+                                 int restarts) {
   if (!o.keep_survivors || outcome.kind != Outcome::worker_failed || !outcome.failure || !watch.link) return std::nullopt;
   if (restarts >= o.max_restarts) return std::nullopt;
   auto& workers = group.workers();
-  const RoundFailure& f = *outcome.failure;
   size_t lost = workers.size();
   for (size_t i = 0; i < workers.size(); ++i)
-    if (workers[i].pid == static_cast<pid_t>(f.who.pid)) lost = i;
-  if (lost == workers.size() || workers[lost].place.job.store_file.empty()) return std::nullopt;
+    if (workers[i].pid == static_cast<pid_t>(outcome.failure->who.pid)) lost = i;
+  if (lost == workers.size()) return std::nullopt;
+  const JobEnv& job = workers[lost].place.job;
+  if (job.store_file.empty() && !job.store_hosted) return std::nullopt;  // the store died with rank 0
   if (workers[lost].replacement && !workers[lost].rejoinable) return std::nullopt;
   for (size_t i = 0; i < workers.size(); ++i) {
     if (i == lost) continue;
     if (workers[i].exited || !workers[i].rejoinable || !watch.link->knows(workers[i].pid)) return std::nullopt;
   }
+  return lost;
+}
+
+std::optional<Repair> replace_worker(const RunOptions& o, const Outcome& outcome, size_t lost, const RepairGrant& grant,
+                                     WorkerGroup& group, const Watch& watch, StandbyWorkers& spares,
+                                     const std::vector<std::string>& worker_env, SignalPipe& signals) {
+  auto& workers = group.workers();
   // A hung worker first: its connections close with it, which is how the survivors learn of it.
   if (!workers[lost].exited) group.stop({lost}, 0, signals);
-
   Repair r;
-  r.rank = workers[lost].place.job.rank;
-  r.generation = ++generation;
   std::vector<std::string> env = worker_env;
-  env.push_back("COHORT_GENERATION=" + std::to_string(r.generation));
+  env.push_back("COHORT_GENERATION=" + std::to_string(grant.generation));
   try {
     if (auto spare = spares.take_for(workers[lost].place, *watch.link)) {
       group.replace(lost, *spare, /*standby=*/true);
@@ -46,15 +60,17 @@ std::optional<Repair> repair_in_place(const RunOptions& o, const Outcome& outcom
   } catch (const std::exception&) {
     return std::nullopt;  // no process: the round ends, and its restart says why
   }
-  if (r.warm) group.release_standby(*watch.link, r.generation);
-  const std::string rejoin = nlohmann::json{{"type", "rejoin"}, {"generation", r.generation}}.dump();
-  for (size_t i = 0; i < workers.size(); ++i)
-    if (i != lost) watch.link->request(workers[i].pid, rejoin);
-  r.notice = "cohort run: rank " + std::to_string(r.rank) + " " + f.how + "; " +
+  if (r.warm) group.release_standby(*watch.link, grant.generation);
+  send_rejoin(group, watch, grant.generation, lost);
+  r.notice = "cohort run: rank " + std::to_string(grant.rank) + " " + outcome.failure->how + "; " +
              (r.warm ? "a warm spare replaces it" : "replacing it") + " while the other ranks keep running (generation " +
-             std::to_string(r.generation) + ", restart " + std::to_string(restarts + 1) + " of " +
+             std::to_string(grant.generation) + ", restart " + std::to_string(grant.restarts) + " of " +
              std::to_string(o.max_restarts) + ")\n";
   return r;
+}
+
+void tell_rejoin(WorkerGroup& group, const Watch& watch, int generation) {
+  if (watch.link) send_rejoin(group, watch, generation, group.workers().size());
 }
 
 }  // namespace cohort::launcher

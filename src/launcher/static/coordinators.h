@@ -10,12 +10,22 @@
 //                                                                could not start its workers)
 //                     {"type":"stopped","round":r}               after a restart decision: its workers
 //                                                                of round r are all gone
+//                     {"type":"rejoinable","round":r,"value":b}  --keep-survivors: whether all its workers
+//                                                                train in keep_running() (on a change)
+//                     {"type":"repair","round":r,"failure":{...},"summary":...}
+//                                                                a worker failed there; may it replace
+//                                                                it alone? (answered by "rejoin" or "stop")
 //   node 0 → members: {"type":"stop","round":r,"restart":b,"summary":...,"failure":{...}}
 //                                                                round r is over, stop your workers;
 //                                                                b: round r+1 follows, else exit
 //                     {"type":"start","round":r+1,"world_size":W,"rank_base":B}
 //                                                                every node stopped: start round r+1
 //                     {"type":"finish","round":r}                every node is done: exit 0
+//                     {"type":"rejoin","round":r,"rank":k,"node":n,"generation":G,"restarts":R,"failure":{...}}
+//                                                                --keep-survivors: node n replaces rank k
+//                                                                alone; every node's workers rejoin as G
+// Node 0 grants a repair (recovery/repair.h) while restarts are left and every other node said its
+// workers are all rejoinable; it numbers the generations of the round, so that all nodes agree.
 // Node 0 decides about every round (the first failure it hears of ends the round) and sends that
 // failure along, so every node agrees on the round number and prints the same history. A
 // connection that closes before "finish" means that agent is gone: the job fails, no restart.

@@ -33,6 +33,8 @@ class HostCoordinator : public Coordinator {
         if (round_of(msg) != own_.round) continue;  // late news about an earlier round
         const std::string type = msg.value("type", "");
         if (type == "done") m.done = true;
+        if (type == "rejoinable") m.rejoinable = msg.value("value", false);
+        if (type == "repair" && !event) event = answer_repair(m, msg);
         if (type == "fail" && !event) event = PeerEvent{PeerEvent::failed, msg.value("summary", ""), failure_from(msg)};
         if (type == "abort" && !event) event = PeerEvent{PeerEvent::stopped, msg.value("summary", ""), std::nullopt};
       }
@@ -53,6 +55,15 @@ class HostCoordinator : public Coordinator {
     }
     broadcast({{"type", "finish"}, {"round", own_.round}});
     return true;
+  }
+
+  void set_rejoinable(bool all) override { own_rejoinable_ = all; }
+
+  // Node 0's own worker failed: every other node's workers must be able to rejoin.
+  std::optional<RepairGrant> request_repair(const Outcome& outcome, SignalPipe&) override {
+    if (!outcome.failure || !may_repair(nullptr)) return std::nullopt;
+    own_rejoinable_ = false;  // until the replacement trains in keep_running() too
+    return grant(*outcome.failure, own_.node_rank);
   }
 
   void round_over(const Outcome& outcome) override {
@@ -102,11 +113,17 @@ class HostCoordinator : public Coordinator {
     // (Elastic membership will form the new world here, from the nodes that are still present.)
     ++own_.round;
     ++own_.restarts;  // static membership: every next round follows a worker failure
+    generation_ = 0;
     done_ = false;
+    own_rejoinable_ = false;
     for (auto& m : members_) {
       m.done = false;
-      m.link.channel->send(
-          {{"type", "start"}, {"round", own_.round}, {"world_size", own_.world_size}, {"rank_base", m.link.rank_base}});
+      m.rejoinable = false;
+      m.link.channel->send({{"type", "start"},
+                            {"round", own_.round},
+                            {"world_size", own_.world_size},
+                            {"rank_base", m.link.rank_base},
+                            {"restarts", own_.restarts}});
     }
     return own_;
   }
@@ -129,7 +146,44 @@ class HostCoordinator : public Coordinator {
     PeerLink link;
     bool done = false;
     bool stopped = false;
+    bool rejoinable = false;  // its last "rejoinable" word: all its workers could rejoin
   };
+
+  // --keep-survivors: a repair may be granted while restarts are left and every node but the one
+  // that asks (`asking`; nullptr: node 0) has all its workers in keep_running().
+  bool may_repair(const Member* asking) const {
+    if (own_.restarts >= max_restarts_) return false;
+    if (asking != nullptr && !own_rejoinable_) return false;
+    for (const auto& m : members_)
+      if (&m != asking && (!m.link.channel || !m.rejoinable)) return false;
+    return true;
+  }
+
+  // Grants the repair of `failure`'s rank on node `node` and tells every other node (the one
+  // that asked takes the grant as its answer; the others' workers rejoin).
+  RepairGrant grant(const RoundFailure& failure, int node) {
+    ++own_.restarts;  // a repair counts against --max-restarts like a restart
+    const RepairGrant g{failure.who.rank, node, ++generation_, own_.restarts};
+    broadcast({{"type", "rejoin"},
+               {"round", own_.round},
+               {"rank", g.rank},
+               {"node", g.node},
+               {"generation", g.generation},
+               {"restarts", g.restarts},
+               {"failure", failure_to_json(failure)}});
+    return g;
+  }
+
+  // Node `m` asks to replace its failed worker: granted, node 0's workers rejoin (PeerEvent
+  // repaired); refused, the failure ends the round like a "fail", and the "stop" that follows
+  // (round_over) is the asking node's answer.
+  PeerEvent answer_repair(Member& m, const nlohmann::json& msg) {
+    const auto failure = failure_from(msg);
+    if (!failure || !may_repair(&m)) return PeerEvent{PeerEvent::failed, msg.value("summary", ""), failure, std::nullopt};
+    m.rejoinable = false;  // until its replacement trains in keep_running() too (it says so)
+    const RepairGrant g = grant(*failure, m.link.node_rank);
+    return PeerEvent{PeerEvent::repaired, repair_notice(*failure, g, max_restarts_), failure, g};
+  }
 
   static std::string lost_text(const Member& m) {
     return "cohort run: job failed: lost contact with node " + std::to_string(m.link.node_rank) +
@@ -153,6 +207,8 @@ class HostCoordinator : public Coordinator {
   double barrier_timeout_s_;
   RoundEnd end_;
   bool done_ = false;
+  bool own_rejoinable_ = false;  // node 0's workers could all rejoin (set_rejoinable)
+  int generation_ = 0;           // repairs granted in this round
   MonitorSink sink_;
 };
 

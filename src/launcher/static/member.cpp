@@ -17,7 +17,8 @@ class MemberCoordinator : public Coordinator {
         own_(first),
         // Node 0 answers a failure at once, but waits up to --stop-timeout + --rdzv-timeout for every
         // node to stop; wait longer than that, so that node 0 is the one to report who is missing.
-        wait_s_(2 * (o.stop_grace_s + o.rdzv_timeout_s)) {}
+        wait_s_(2 * (o.stop_grace_s + o.rdzv_timeout_s)),
+        max_restarts_(o.max_restarts) {}
 
   void add_pollfds(std::vector<pollfd>& fds) const override {
     if (host_) fds.push_back({host_->fd(), POLLIN, 0});
@@ -31,7 +32,13 @@ class MemberCoordinator : public Coordinator {
       if (round_of(msg) != own_.round) return;
       if (type == "finish") finished_ = true;
       if (type == "stop") take_stop(msg);
+      if (type == "rejoin") take_rejoin(msg);
     });
+    if (!decided_ && !rejoins_.empty()) {  // another node replaces a worker: ours rejoin
+      event = std::move(rejoins_.front());
+      rejoins_.erase(rejoins_.begin());
+      return event;
+    }
     if (decided_) {
       event = PeerEvent{decided_->failure ? PeerEvent::failed : PeerEvent::stopped, decided_->summary,
                         decided_->failure};
@@ -46,6 +53,42 @@ class MemberCoordinator : public Coordinator {
   void local_done() override { send({{"type", "done"}, {"round", own_.round}}); }
 
   bool job_done() override { return finished_; }
+
+  void set_rejoinable(bool all) override {
+    if (all == told_rejoinable_) return;
+    told_rejoinable_ = all;
+    send({{"type", "rejoinable"}, {"round", own_.round}, {"value", all}});
+  }
+
+  // Asks node 0 and waits for its answer: a "rejoin" naming the failed rank (granted), or the
+  // round's "stop" (refused: the failure ended the round).
+  std::optional<RepairGrant> request_repair(const Outcome& outcome, SignalPipe& signals) override {
+    if (!outcome.failure || decided_ || !host_) return std::nullopt;
+    nlohmann::json ask{{"type", "repair"}, {"round", own_.round}, {"summary", outcome.summary}};
+    ask["failure"] = failure_to_json(*outcome.failure);
+    send(ask);
+    told_rejoinable_ = false;  // node 0 counts this node out until it says otherwise
+    const int rank = outcome.failure->who.rank;
+    const auto deadline = deadline_in(wait_s_);
+    std::optional<RepairGrant> granted;
+    while (!granted && !decided_ && host_ && ms_left(deadline) > 0) {
+      std::vector<pollfd> fds = wait_for_channels({host_.get()}, signals, std::min(ms_left(deadline), 200));
+      if (!is_ready(fds, host_->fd())) continue;
+      receive([&](const nlohmann::json& msg, const std::string& type) {
+        if (round_of(msg) != own_.round) return;
+        if (type == "stop") take_stop(msg);
+        if (type == "finish") finished_ = true;
+        if (type != "rejoin") return;
+        if (msg.value("rank", -1) == rank && msg.value("node", -1) == own_.node_rank) {
+          granted = grant_from(msg);
+          own_.restarts = granted->restarts;
+        } else {
+          take_rejoin(msg);  // another node's repair, granted meanwhile: handle() hands it on
+        }
+      });
+    }
+    return granted;
+  }
 
   void round_over(const Outcome& outcome) override {
     if (decided_) return;  // the round ended with node 0's "stop": nothing to tell it
@@ -96,8 +139,9 @@ class MemberCoordinator : public Coordinator {
       std::optional<std::string> stopped;
       receive([&](const nlohmann::json& msg, const std::string& type) {
         if (type == "start" && round_of(msg) == own_.round + 1) {
-          next = own_;  // the same node and store; node 0 says the world
-          next->round = next->restarts = own_.round + 1;
+          next = own_;  // the same node and store; node 0 says the world and the restarts
+          next->round = own_.round + 1;
+          next->restarts = msg.value("restarts", own_.round + 1);
           next->world_size = msg.value("world_size", 0);
           next->rank_base = msg.value("rank_base", 0);
         }
@@ -108,6 +152,8 @@ class MemberCoordinator : public Coordinator {
         own_ = *next;
         finished_ = false;
         decided_.reset();
+        rejoins_.clear();
+        told_rejoinable_ = false;
         return own_;
       }
     }
@@ -137,6 +183,19 @@ class MemberCoordinator : public Coordinator {
     if (host_) host_->send(message);
   }
 
+  static RepairGrant grant_from(const nlohmann::json& msg) {
+    return RepairGrant{msg.value("rank", -1), msg.value("node", -1), msg.value("generation", 0), msg.value("restarts", 0)};
+  }
+
+  // Node 0 granted another node's repair: this node's workers are to rejoin (handle() returns it).
+  void take_rejoin(const nlohmann::json& msg) {
+    const RepairGrant g = grant_from(msg);
+    own_.restarts = g.restarts;
+    const auto failure = failure_from(msg);
+    if (!failure) return;
+    rejoins_.push_back(PeerEvent{PeerEvent::repaired, repair_notice(*failure, g, max_restarts_), failure, g});
+  }
+
   // Node 0's "stop" for this round. A second one that says "no restart" (node 0 was interrupted
   // or lost a node right after deciding to restart) overrides the first.
   void take_stop(const nlohmann::json& stop) {
@@ -164,6 +223,9 @@ class MemberCoordinator : public Coordinator {
   double wait_s_;
   std::optional<RoundEnd> decided_;  // node 0's decision about the current round, once known
   bool finished_ = false;
+  int max_restarts_;
+  bool told_rejoinable_ = false;     // what node 0 last heard: all this node's workers could rejoin
+  std::vector<PeerEvent> rejoins_;   // other nodes' repairs not yet handed to the supervisor
 };
 
 }  // namespace

@@ -79,6 +79,15 @@ RendezvousResult host(const RunOptions& o, SignalPipe& signals) {
           reject(*pending[i], "node " + std::to_string(node) + " was started with --nnodes " +
                                   std::to_string(nnodes) + " but node 0 with --nnodes " + std::to_string(o.nnodes));
         }
+        // Node 0 decides about restarts and repairs for every node: they must agree on the rules.
+        if (m.value("keep_survivors", false) != o.keep_survivors || m.value("max_restarts", o.max_restarts) != o.max_restarts) {
+          auto rules = [](bool keep, int max) {
+            return "--max-restarts " + std::to_string(max) + (keep ? " --keep-survivors" : " (no --keep-survivors)");
+          };
+          reject(*pending[i], "node " + std::to_string(node) + " was started with " +
+                                  rules(m.value("keep_survivors", false), m.value("max_restarts", 0)) + " but node 0 with " +
+                                  rules(o.keep_survivors, o.max_restarts) + "; start every node with the same");
+        }
         if (node <= 0 || node >= o.nnodes || joined.count(node)) {
           reject(*pending[i], "two nodes were started with --node-rank " + std::to_string(node) +
                                   "; give every node its own rank in 0.." + std::to_string(o.nnodes - 1));
@@ -129,7 +138,12 @@ RendezvousResult join(const RunOptions& o, SignalPipe& signals) {
     signals.throw_if_interrupted();
   }
   auto channel = std::make_unique<Channel>(fd, o.job_token);
-  channel->send({{"type", "join"}, {"node_rank", o.node_rank}, {"nnodes", o.nnodes}, {"nproc", o.nproc_per_node}});
+  channel->send({{"type", "join"},
+                 {"node_rank", o.node_rank},
+                 {"nnodes", o.nnodes},
+                 {"nproc", o.nproc_per_node},
+                 {"keep_survivors", o.keep_survivors},
+                 {"max_restarts", o.max_restarts}});
   for (;;) {
     if (ms_left(deadline) == 0) {
       throw TimeoutError(-1, me + " reached node 0 at " + where + " but the other nodes did not all join within " +

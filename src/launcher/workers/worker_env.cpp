@@ -42,6 +42,7 @@ std::vector<std::string> worker_variables(const WorkerPlace& p) {
       num("OPENBLAS_NUM_THREADS", p.threads),
   };
   if (!p.job.store_file.empty()) vars.push_back(var("COHORT_STORE_FILE", p.job.store_file));
+  if (p.job.store_hosted) vars.push_back(var("COHORT_STORE_HOSTED", "1"));
   return vars;
 }
 

@@ -23,12 +23,12 @@ std::string HierarchicalComm::unavailable(const Context& ctx) {
   return "";
 }
 
-std::unique_ptr<HierarchicalComm> HierarchicalComm::create(Context& ctx, std::string& why) {
+std::unique_ptr<HierarchicalComm> HierarchicalComm::create(Context& ctx, int64_t sequence, std::string& why) {
   why = unavailable(ctx);
   // The layout is read from each rank's own environment: agree on it (and on the segments
   // mapping) with one tiny allreduce, so that every rank takes the same path.
   const JobEnv& e = ctx.env();
-  const std::string prefix = "cohort/ddp/" + std::to_string(detail::ContextInternals::next_sequence(ctx)) + "/hierarchical/";
+  const std::string prefix = "cohort/ddp/" + std::to_string(sequence) + "/hierarchical/";
   std::unique_ptr<ShmAllreduce> node;
   auto agree = [&](bool ok) {
     std::vector<at::Tensor> flag{torch::tensor({ok ? 0 : 1}, torch::kInt)};
@@ -43,7 +43,8 @@ std::unique_ptr<HierarchicalComm> HierarchicalComm::create(Context& ctx, std::st
   }
   node = ShmAllreduce::create(
       e.local_rank, e.local_world_size, /*eligible=*/true,
-      c10::make_intrusive<c10d::PrefixStore>(prefix + "node" + std::to_string(e.node_rank) + "/", ctx.store()),
+      c10::make_intrusive<c10d::PrefixStore>(prefix + "node" + std::to_string(e.node_rank) + "/",
+                                             ContextInternals::generation_store(ctx)),
       ctx.options().collective_timeout, ctx.options().shm_slot_bytes);
   if (!agree(node != nullptr)) {
     why = "a node could not map its shared memory";
@@ -68,6 +69,17 @@ HierarchicalComm::~HierarchicalComm() = default;
 void HierarchicalComm::allreduce_sum(at::Tensor& t) {
   check_contiguous(t);
   if (t.numel() == 0) return;
+  if (!failed_.empty()) throw CommError(rank_, "hierarchical allreduce: an earlier bucket failed (" + failed_ + ")");
+  try {
+    allreduce_steps(t);
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    failed_ = what.substr(0, what.find('\n'));
+    throw;
+  }
+}
+
+void HierarchicalComm::allreduce_steps(at::Tensor& t) {
   if (!ShmAllreduce::supports(t)) {
     flat_->set_bucket(bucket_);
     flat_->allreduce_sum(t);

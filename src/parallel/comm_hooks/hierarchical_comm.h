@@ -30,8 +30,9 @@ class HierarchicalComm final : public ReducerComm {
   /// layout alone.
   static std::string unavailable(const Context& ctx);
   /// Collective: every rank of the job calls it together (it connects the groups). Null on every
-  /// rank alike, with `why` set, when some node could not map its shared memory.
-  static std::unique_ptr<HierarchicalComm> create(Context& ctx, std::string& why);
+  /// rank alike, with `why` set, when some node could not map its shared memory. `sequence` (the
+  /// owner's, from ContextInternals::next_sequence) names its keys in the generation's store.
+  static std::unique_ptr<HierarchicalComm> create(Context& ctx, int64_t sequence, std::string& why);
   ~HierarchicalComm() override;
 
   int rank() const override { return rank_; }
@@ -41,10 +42,14 @@ class HierarchicalComm final : public ReducerComm {
 
  private:
   HierarchicalComm(Context& ctx, std::unique_ptr<ShmAllreduce> node);
+  void allreduce_steps(at::Tensor& t);  // inside the node, between nodes, inside the node
   int rank_, world_, local_rank_, local_world_;
   std::unique_ptr<ShmAllreduce> node_;           // this node's ranks
   c10::intrusive_ptr<Backend> cross_;            // the ranks of this local rank, one per node
   std::unique_ptr<GroupHookComm> flat_;          // dtypes the shared memory cannot sum
+  // After a failed step every later call fails at once: a rank that skipped the rest of a failed
+  // bucket must not start the next one's steps, which its peers would meet as the old one's.
+  std::string failed_;
 };
 
 }  // namespace cohort::detail

@@ -26,6 +26,10 @@ struct DataParallelCore::Impl {
   std::vector<GradReducer::Param> trainable;   // what the reducer averages
   StepMonitor* monitor = nullptr;  // the one current at construction (cohort/monitor.h)
   int64_t rejoin_listener = -1;
+  // Names this DDP's keys in the store (the hierarchical allreduce's), taken once at construction:
+  // after a rejoin the survivors' connect() must use the number the replacement's constructor
+  // takes, and both took it in the same order of construction.
+  int64_t sequence = 0;
 
   // Everything the constructor does with the other ranks, in order: the same-model check, rank 0's
   // state to all, the choice of allreduce, the reducer. After a rejoin (keep_running.h) the
@@ -46,7 +50,7 @@ void DataParallelCore::Impl::connect() {
   std::unique_ptr<ReducerComm> comm;
   if (!options.reference_mode && device.is_cpu() && options.allreduce != AllreduceAlgo::flat) {
     std::string why;
-    comm = HierarchicalComm::create(c, why);  // collective; null on every rank alike
+    comm = HierarchicalComm::create(c, sequence, why);  // collective; null on every rank alike
     if (!comm && options.allreduce == AllreduceAlgo::hierarchical) {
       throw ConfigError(c.rank(), "DDP allreduce 'hierarchical' is not possible in this job: " + why);
     }
@@ -86,6 +90,7 @@ DataParallelCore::DataParallelCore(std::shared_ptr<torch::nn::Module> module, st
   impl_->monitor = &current_step_monitor();
   impl_->monitor->set_identity(c.rank(), c.world_size(), c.env().restart_count);
   if (device.is_cuda()) impl_->monitor->note_cuda_device(std::max<int>(0, device.index()));
+  impl_->sequence = ContextInternals::next_sequence(c);
   impl_->connect();
   // Released before a rejoin: the old reducer's hooks go, and with it what it holds of the old groups.
   impl_->rejoin_listener = ContextInternals::add_rejoin_listener(

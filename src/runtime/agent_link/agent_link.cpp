@@ -124,6 +124,7 @@ std::optional<int> AgentLink::wait_for_rejoin(int current, std::chrono::millisec
 
 namespace {
 std::atomic<bool> g_rejoinable{false};
+std::atomic<int> g_rejoin_generation{-1};
 }  // namespace
 
 void AgentLink::beat_now() {
@@ -131,6 +132,8 @@ void AgentLink::beat_now() {
   ssize_t ignored = ::write(wake_fd_, &one, sizeof(one));
   (void)ignored;
 }
+
+int newest_rejoin_generation() { return g_rejoin_generation.load(); }
 
 void set_rejoinable(bool rejoinable) {
   if (g_rejoinable.exchange(rejoinable) == rejoinable) return;
@@ -217,6 +220,7 @@ void AgentLink::serve(const std::string& text) {
       release_generation_ = generation;
     } else {
       rejoin_generation_ = std::max(rejoin_generation_, generation);
+      g_rejoin_generation.store(rejoin_generation_);
     }
     released_cv_.notify_all();
     return;

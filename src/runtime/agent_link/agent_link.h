@@ -98,6 +98,11 @@ class AgentLink {
 /// replaces a failed peer in place only when every other worker of the round does.
 void set_rejoinable(bool rejoinable);
 
+/// The newest generation the agent asked this process to rejoin as (-1: none yet). Waits on peers
+/// that no process group can abandon by itself (the shared-memory barrier) give up once it rises:
+/// a peer that left for the new generation will not come back to them.
+int newest_rejoin_generation();
+
 /// Starts this process's link when COHORT_AGENT_SOCKET is set (once per process; init() calls it).
 void start_agent_link(const JobEnv& env);
 /// This process's link, or nullptr (no agent). The monitor sends its messages through it.

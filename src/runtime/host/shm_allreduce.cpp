@@ -16,6 +16,7 @@
 
 #include "cohort/error.h"
 #include "runtime/duration_text.h"
+#include "runtime/agent_link/agent_link.h"
 #include "runtime/agent_link/flight_op.h"
 #include "runtime/log.h"
 #include "runtime/check.h"
@@ -142,6 +143,7 @@ ShmAllreduce::ShmAllreduce(int rank, int world, void* base, size_t bytes, size_t
   buffers_ = static_cast<unsigned char*>(base_) + kControlBytes;
   if (rank_ < kMaxWatchedRanks) control_->pid[rank_].store(static_cast<int32_t>(::getpid()));
   seen_alive_.assign(static_cast<size_t>(world_), false);
+  rejoin_seen_ = newest_rejoin_generation();
   thread_ = std::thread([this] { run(); });
 }
 
@@ -214,12 +216,14 @@ void ShmAllreduce::run() {
       op = std::move(queue_.front());
       queue_.pop_front();
     }
-    std::exception_ptr error;
+    std::exception_ptr error = broken_;
     flight_update(op.flight_seq, FlightState::started);
-    try {
-      allreduce_now(op);
-    } catch (...) {
-      error = std::current_exception();
+    if (!error) {
+      try {
+        allreduce_now(op);
+      } catch (...) {
+        error = broken_ = std::current_exception();
+      }
     }
     flight_update(op.flight_seq, error ? FlightState::failed : FlightState::completed);
     {
@@ -356,6 +360,10 @@ void ShmAllreduce::barrier() {
     }
     futex_wait(&control_->generation, gen, 50'000'000);  // 50 ms, then re-check deadline and peers
     check_peers_alive();
+    if (newest_rejoin_generation() > rejoin_seen_) {
+      throw CommError(rank_, "shared-memory allreduce: the job re-forms around a replaced peer; leaving this "
+                             "operation, whose peers left for the new process groups");
+    }
   }
 }
 

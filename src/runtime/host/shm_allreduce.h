@@ -19,7 +19,9 @@
 // summed by one rank in a fixed order, so every rank gets bitwise the same result.
 //
 // Barriers spin briefly, then sleep on a futex; a rank whose process dies, or that does not arrive
-// within the timeout, makes the others throw CommError (no hang). Operations run on one background thread in the order
+// within the timeout, makes the others throw CommError (no hang), and so does the agent's word to
+// rejoin a new generation (keep_running.h: the peers waited for have left for it). After a failure
+// every later operation fails too. Operations run on one background thread in the order
 // they were submitted, so ranks that submit in the same order match up.
 // Not here: other reductions than sum, dtypes other than float / double, ranks on several machines.
 #pragma once
@@ -118,6 +120,11 @@ class ShmAllreduce {
   unsigned char* buffers_;
   uint64_t chunk_counter_ = 0;
   std::vector<bool> seen_alive_;  // used by the operations thread only
+  // The first failure (operations thread only): the segment's counters are then in an unknown
+  // state, so every later operation fails with it rather than pass a barrier it does not share
+  // with its peers (they would go on out of step, into the next bucket's collectives).
+  std::exception_ptr broken_;
+  int rejoin_seen_ = -1;  // the agent's newest rejoin generation when this segment was made
 
   std::mutex mu_;
   std::condition_variable cv_;

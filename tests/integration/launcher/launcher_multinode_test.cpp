@@ -113,3 +113,26 @@ TEST(LauncherMultiNode, TwoLoopbackNodesOfTwoRanksTrainThroughTheHierarchicalAll
   EXPECT_EQ(results, 4) << r0.out << r1.out;
   EXPECT_EQ(checksums.size(), 1u) << "ranks ended with different parameters:\n" << r0.out << r1.out;
 }
+
+// Node 0 decides about restarts and repairs for every node: a node started with other rules
+// (--keep-survivors on one node only, another --max-restarts) is refused with one line naming both,
+// before any worker starts.
+TEST(LauncherMultiNode, NodesThatDisagreeOnKeepSurvivorsAreRefused) {
+  const int port = free_port_pair();
+  auto cmd = [&](int node, std::vector<std::string> flags) {
+    auto c = node_cmd(node, 2, 1, port, {ENV_PROBE_BIN});
+    c.insert(c.begin() + 2, flags.begin(), flags.end());
+    return c;
+  };
+  Child n0(cmd(0, {"--max-restarts", "3", "--keep-survivors"}));
+  Child n1(cmd(1, {"--max-restarts", "2"}));
+  Result r0 = n0.wait(30), r1 = n1.wait(30);
+  ASSERT_FALSE(r0.timed_out || r1.timed_out);
+  EXPECT_EQ(r0.exit_code(), 2) << r0.err;
+  EXPECT_NE(r1.exit_code(), 0) << r1.err;
+  const std::string why = "node 1 was started with --max-restarts 2 (no --keep-survivors) but node 0 with "
+                          "--max-restarts 3 --keep-survivors; start every node with the same";
+  EXPECT_NE(r0.err.find(why), std::string::npos) << r0.err;
+  EXPECT_NE(r1.err.find(why), std::string::npos) << r1.err;
+  EXPECT_EQ(r0.out.find("ENV"), std::string::npos) << "a worker started:\n" << r0.out;
+}

@@ -8,43 +8,12 @@
 #include <regex>
 
 #include "launcher_test_util.h"
+#include "support/netns.h"
 
 using namespace launcher_test;
+using cohort::testing::NamespacePair;
 
 namespace {
-
-// Two namespaces A and B, veth A:10.77.0.1/24 <-> B:10.77.0.2/24, loopback up in both.
-class NamespacePair {
- public:
-  explicit NamespacePair(const std::string& ip) : ip_(ip) {
-    const std::string id = std::to_string(getpid());
-    a_ = "cohort_a" + id;
-    b_ = "cohort_b" + id;
-    const std::string va = "cva" + id, vb = "cvb" + id;
-    ok_ = sh(ip_ + " netns add " + a_) == 0 && sh(ip_ + " netns add " + b_) == 0 &&
-          sh(ip_ + " link add " + va + " type veth peer name " + vb) == 0 &&
-          sh(ip_ + " link set " + va + " netns " + a_) == 0 && sh(ip_ + " link set " + vb + " netns " + b_) == 0 &&
-          sh(ip_ + " -n " + a_ + " addr add 10.77.0.1/24 dev " + va) == 0 &&
-          sh(ip_ + " -n " + b_ + " addr add 10.77.0.2/24 dev " + vb) == 0 &&
-          sh(ip_ + " -n " + a_ + " link set " + va + " up") == 0 &&
-          sh(ip_ + " -n " + b_ + " link set " + vb + " up") == 0 &&
-          sh(ip_ + " -n " + a_ + " link set lo up") == 0 && sh(ip_ + " -n " + b_ + " link set lo up") == 0;
-    if (!ok_) sh(ip_ + " link del " + va);  // in case it was created but not moved
-  }
-  ~NamespacePair() {
-    sh(ip_ + " netns del " + a_);  // deleting a namespace deletes the veth end inside it
-    sh(ip_ + " netns del " + b_);
-  }
-  bool ok() const { return ok_; }
-  std::vector<std::string> exec_in(bool in_a, std::vector<std::string> cmd) const {
-    cmd.insert(cmd.begin(), {ip_, "netns", "exec", in_a ? a_ : b_});
-    return cmd;
-  }
-
- private:
-  std::string ip_, a_, b_;
-  bool ok_ = false;
-};
 
 std::string checksum_of(const std::string& out) {
   std::smatch m;
@@ -58,7 +27,7 @@ TEST(LauncherNetns, TwoNodesTrainFashionMnistAndAgree) {
   const std::string ip = find_ip();
   if (geteuid() != 0) GTEST_SKIP() << "needs root to create network namespaces";
   if (ip.empty()) GTEST_SKIP() << "needs iproute2 (ip netns); scripts/setup.sh installs it";
-  NamespacePair ns(ip);
+  NamespacePair ns(ip, "", "10.77.0");
   ASSERT_TRUE(ns.ok()) << "could not create the namespaces and veth pair";
 
   auto node = [&](int rank) {

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/netns.h"
 #include "support/files.h"
 #include "support/subprocess.h"
 
@@ -191,12 +192,7 @@ inline std::vector<std::string> lines_of(const std::string& text) {
 }
 
 /// Whether this machine has iproute2's `ip`: its path, else "" (the network-namespace tests skip).
-inline std::string find_ip() {
-  for (const char* p : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"}) {
-    if (access(p, X_OK) == 0) return p;
-  }
-  return "";
-}
+inline std::string find_ip() { return cohort::testing::find_ip_tool(); }
 
 /// Runs `cmd` with /bin/sh, its output discarded; its exit status as std::system returns it.
 inline int sh(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()); }
