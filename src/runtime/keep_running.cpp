@@ -85,6 +85,10 @@ void keep_running(const std::shared_ptr<Context>& ctx, const std::function<void(
     detail::AgentLink* link = detail::agent_link();
     if (ctx->world_size() == 1 || link == nullptr || !announced.can_ || !may_be_peer_failure(error))
       std::rethrow_exception(error);
+    struct Rejoining {  // the agent's hang rule gives this time (agent_link.h)
+      Rejoining() { detail::set_rejoining(true); }
+      ~Rejoining() { detail::set_rejoining(false); }
+    } rejoining;
     const std::string what = message_of(error);
     detail::log_warn("a collective failed (" + what + "); waiting up to " + std::to_string(static_cast<int>(wait_s)) +
                      " s for the agent to replace the lost peer");

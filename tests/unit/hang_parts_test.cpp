@@ -348,6 +348,31 @@ TEST(HangDetector, AWorkerThatKeepsMakingStepsIsNeverHung) {
   }
 }
 
+// A survivor re-forming its groups around a replaced peer (keep_running) waits for the replacement
+// to start, which may take longer than the timeout: while its heartbeats say so it is not stalled,
+// and the timeout counts again from when it is done; silence still counts.
+TEST(HangDetector, RejoiningIsNotAStallButSilenceStillIs) {
+  HangDetector d(3);
+  const auto t0 = HangDetector::clock::now();
+  d.heard(10, at(5, 20), t0);
+  Heartbeat rejoining = at(5, 20);
+  rejoining.rejoining = true;
+  for (int i = 1; i <= 8; ++i) d.heard(10, rejoining, t0 + i * 1s);  // 8 s without progress
+  EXPECT_FALSE(d.check(t0 + 8500ms));
+  for (int i = 9; i <= 11; ++i) d.heard(10, at(5, 20), t0 + i * 1s);  // done, then no step for a while
+  EXPECT_FALSE(d.check(t0 + 10500ms));
+  auto stalled = d.check(t0 + 11500ms);  // 3.5 s after its last rejoining heartbeat
+  ASSERT_TRUE(stalled);
+  EXPECT_NE(stalled->how.find("made no progress for 3.5 s (alive"), std::string::npos) << stalled->how;
+
+  HangDetector e(3);
+  e.heard(11, at(5, 20), t0);
+  e.heard(11, rejoining, t0 + 1s);
+  auto silent = e.check(t0 + 4500ms);  // SIGSTOPped while rejoining
+  ASSERT_TRUE(silent);
+  EXPECT_NE(silent->how.find("sent no heartbeat for 3.5 s"), std::string::npos) << silent->how;
+}
+
 TEST(HangDetector, BeforeTheFirstStepOnlySilenceCounts) {
   HangDetector d(3);
   const auto t0 = HangDetector::clock::now();

@@ -30,7 +30,9 @@ void HangDetector::heard(pid_t pid, const Heartbeat& heartbeat, clock::time_poin
     return;
   }
   Seen& s = it->second;
-  if (!heartbeat.same_progress(s.last)) s.progress_at = now;
+  // Re-forming the groups around a replaced peer waits for the replacement to start: not a stall
+  // (its heartbeats must still come), and the wait for progress starts again when it is done.
+  if (!heartbeat.same_progress(s.last) || heartbeat.rejoining) s.progress_at = now;
   s.last = heartbeat;
   s.heard_at = now;
 }

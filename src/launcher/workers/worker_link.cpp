@@ -128,7 +128,7 @@ std::optional<WorkerMessage> parse_worker_datagram(const char* data, size_t n, p
   *problem = field_problem(j, {{"type", K::string}, {"pid", K::int64}, {"rank", K::integer}, {"step", K::int64},
                                {"reports", K::int64}, {"ddp_iterations", K::int64}, {"collectives", K::int64},
                                {"waiting_in", K::string}, {"waiting_us", K::int64}, {"path", K::string},
-                               {"rejoinable", K::boolean}});
+                               {"rejoinable", K::boolean}, {"rejoining", K::boolean}});
   if (problem->empty() && j["pid"].get<int64_t>() != sender_pid) {
     *problem = "pid " + j["pid"].dump() + " sent by process " + std::to_string(sender_pid);
   }
@@ -144,6 +144,7 @@ std::optional<WorkerMessage> parse_worker_datagram(const char* data, size_t n, p
     h.ddp_iterations = j.value("ddp_iterations", int64_t{0});
     h.collectives = j.value("collectives", int64_t{0});
     h.rejoinable = j.value("rejoinable", false);
+    h.rejoining = j.value("rejoining", false);
     if (j.contains("waiting_in")) {
       h.waiting_in = j["waiting_in"].get<std::string>();
       h.waiting_s = static_cast<double>(j.value("waiting_us", int64_t{0})) / 1e6;

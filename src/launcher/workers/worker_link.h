@@ -35,6 +35,7 @@ struct Heartbeat {
   std::string waiting_in;      // the collective it waits in ("#230 allreduce of ddp bucket 0 (...)"), or empty
   double waiting_s = 0;        // ... since this long
   bool rejoinable = false;     // it trains in cohort::keep_running(): it can rejoin around a replaced peer
+  bool rejoining = false;      // it re-forms its groups around a replaced peer right now (no stall)
 
   bool training() const { return reports > 0 || ddp_iterations > 0; }
   bool same_progress(const Heartbeat& o) const {

@@ -124,6 +124,7 @@ std::optional<int> AgentLink::wait_for_rejoin(int current, std::chrono::millisec
 
 namespace {
 std::atomic<bool> g_rejoinable{false};
+std::atomic<bool> g_rejoining{false};
 std::atomic<int> g_rejoin_generation{-1};
 }  // namespace
 
@@ -138,6 +139,11 @@ int newest_rejoin_generation() { return g_rejoin_generation.load(); }
 void set_rejoinable(bool rejoinable) {
   if (g_rejoinable.exchange(rejoinable) == rejoinable) return;
   if (AgentLink* link = agent_link()) link->beat_now();  // the agent knows at once, not a second later
+}
+
+void set_rejoining(bool rejoining) {
+  if (g_rejoining.exchange(rejoining) == rejoining) return;
+  if (AgentLink* link = agent_link()) link->beat_now();
 }
 
 bool AgentLink::send(const std::string& json) {
@@ -184,6 +190,7 @@ void AgentLink::heartbeat() {
                       {"ddp_iterations", p.ddp_iterations},
                       {"collectives", p.collectives}};
   if (g_rejoinable.load()) j["rejoinable"] = true;
+  if (g_rejoining.load()) j["rejoining"] = true;
   if (waiting.seq != 0) {
     j["waiting_in"] = flight_entry_name(waiting);
     j["waiting_us"] = wall_clock_us() - (waiting.started_us ? waiting.started_us : waiting.enqueued_us);

@@ -97,6 +97,10 @@ class AgentLink {
 /// Whether this process trains inside cohort::keep_running() (its heartbeats say so): the agent
 /// replaces a failed peer in place only when every other worker of the round does.
 void set_rejoinable(bool rejoinable);
+/// Whether this process is re-forming its groups around a replaced peer (keep_running(): from the
+/// failed collective until the new groups formed). Its heartbeats say so, and the agent's hang
+/// rule does not count that time as a stall (the replacement may take seconds to start).
+void set_rejoining(bool rejoining);
 
 /// The newest generation the agent asked this process to rejoin as (-1: none yet). Waits on peers
 /// that no process group can abandon by itself (the shared-memory barrier) give up once it rises:
