@@ -5,7 +5,8 @@
 # snapshots every step and warm spares. Two ways, alternating runs: every worker restarts
 # (--warm-spares) against only the killed one replaced (--keep-survivors). Each run kills KILLS
 # workers, on node 1 and node 0 in turn, a random local rank, 0.5-1.5 s after the job trains again
-# (rank 0 printed its first step). Prints every recovery, then each way's median.
+# (rank 0 printed its first step; the first kill WARMUP_S, default 4, later still, so that the warm
+# spares have loaded). Prints every recovery, then each way's median.
 # Usage: bench/launcher/survivors_netns.sh [KILLS per run (default 6)] [RUNS per way (default 2)]
 # Needs root, iproute2 and a build (bash scripts/setup.sh).
 set -euo pipefail
@@ -52,6 +53,8 @@ run() {
   local kill_ns=() k
   for ((k = 0; k < kills; k++)); do
     while [ "$(first_steps "$dir/node0.log")" -le "$k" ]; do sleep 0.05; done
+    # The first kill once the warm spares had time to load (they start when the job trains).
+    [ "$k" = 0 ] && sleep "${WARMUP_S:-4}"
     sleep "$(awk -v r=$RANDOM 'BEGIN { printf "%.2f", 0.5 + r / 32767 }')"
     local node=$((1 - k % 2)) victim="" p
     for p in $(pgrep -f "^$example --ckpt-dir $dir/ck$node "); do
@@ -81,7 +84,7 @@ done
 echo "way seconds_from_kill_to_first_step steps_lost"
 cat "$work/results"
 for way in restart survive; do
-  awk -v w=$way '$1 == w { s[n++] = $2 } END {
-    asort(s); m = n % 2 ? s[(n + 1) / 2] : (s[n / 2] + s[n / 2 + 1]) / 2
-    printf "%s: median %.3f s over %d kills\n", w, m, n }' "$work/results"
+  awk -v w=$way '$1 == w { print $2 }' "$work/results" | sort -n | awk -v w=$way '{ v[NR] = $1 } END {
+    m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+    printf "%s: median %.3f s over %d kills\n", w, m, NR }'
 done
