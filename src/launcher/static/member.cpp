@@ -26,6 +26,7 @@ class MemberCoordinator : public Coordinator {
 
   std::optional<PeerEvent> handle(const std::vector<pollfd>& fds) override {
     if (host_) host_->flush();  // forwarded metrics still queued (forward_monitor)
+    if (host_ && !decided_ && !rejoins_.empty()) return next_rejoin();  // one that came during request_repair()
     if (!host_ || !is_ready(fds, host_->fd())) return std::nullopt;
     std::optional<PeerEvent> event;
     bool open = receive([&](const nlohmann::json& msg, const std::string& type) {
@@ -34,11 +35,7 @@ class MemberCoordinator : public Coordinator {
       if (type == "stop") take_stop(msg);
       if (type == "rejoin") take_rejoin(msg);
     });
-    if (!decided_ && !rejoins_.empty()) {  // another node replaces a worker: ours rejoin
-      event = std::move(rejoins_.front());
-      rejoins_.erase(rejoins_.begin());
-      return event;
-    }
+    if (open && !decided_ && !rejoins_.empty()) return next_rejoin();  // another node replaces a worker
     if (decided_) {
       event = PeerEvent{decided_->failure ? PeerEvent::failed : PeerEvent::stopped, decided_->summary,
                         decided_->failure};
@@ -185,6 +182,12 @@ class MemberCoordinator : public Coordinator {
 
   static RepairGrant grant_from(const nlohmann::json& msg) {
     return RepairGrant{msg.value("rank", -1), msg.value("node", -1), msg.value("generation", 0), msg.value("restarts", 0)};
+  }
+
+  PeerEvent next_rejoin() {
+    PeerEvent event = std::move(rejoins_.front());
+    rejoins_.erase(rejoins_.begin());
+    return event;
   }
 
   // Node 0 granted another node's repair: this node's workers are to rejoin (handle() returns it).
