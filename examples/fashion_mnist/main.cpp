@@ -72,6 +72,7 @@ struct Flags {
   int64_t inject_nan_step = 0;  // multiply the loss by NaN at this step (0: never) ...
   int inject_nan_rank = 0;      // ... on this rank
   int slow_rank = -1;           // this rank sleeps slow_ms per step before its forward (data phase)
+  bool no_keep_running = false;  // train outside cohort::keep_running() (test: --keep-survivors falls back)
   int slow_ms = 0;
   std::string on_nan;           // stop, skip or warn: overrides COHORT_ON_NAN
 };
@@ -235,6 +236,16 @@ void set_threads(const Flags& flags, int local_world_size) {
   cohort::set_num_threads(std::max(1, threads));  // libtorch's and OpenBLAS's threads
 }
 
+// Under `cohort run --keep-survivors` a peer's failure re-forms the job around its replacement and
+// the loop starts again from the newest snapshot (train_loop restores it first).
+void train_body(const Flags& flags, const std::shared_ptr<cohort::Context>& ctx, const std::function<void()>& body) {
+  if (flags.no_keep_running) {
+    body();
+  } else {
+    cohort::keep_running(ctx, body);
+  }
+}
+
 template <typename Net>
 int train(const Flags& flags, Net net) {
   // The training set before init(): a warm spare (cohort run --warm-spares) has it loaded by the
@@ -279,9 +290,7 @@ int train(const Flags& flags, Net net) {
     options.outer_lr = flags.outer_lr;
     options.outer_momentum = flags.outer_momentum;
     auto model = cohort::LocalSGD(net, ctx, options);
-    // LocalSGD does not reconnect to a replaced peer yet: keep_running() then does not offer to
-    // rejoin, and a failure restarts the job (the test of that rule runs this).
-    cohort::keep_running(ctx, [&] {
+    train_body(flags, ctx, [&] {
       outcome = train_loop(flags, train_set, sampler, *model, [&](torch::Tensor x) { return model->forward(x); },
                            rank, world, checkpoints.get(), job_mean, [&] { model->step(); });
     });
@@ -299,9 +308,7 @@ int train(const Flags& flags, Net net) {
                             : flags.allreduce == "hierarchical" ? cohort::AllreduceAlgo::hierarchical
                                                                 : cohort::AllreduceAlgo::automatic;
     auto model = cohort::DistributedDataParallel(net, ctx, ddp_options);
-    // Under `cohort run --keep-survivors` a peer's failure re-forms the job around its replacement
-    // and the loop starts again from the newest snapshot (train_loop restores it first).
-    cohort::keep_running(ctx, [&] {
+    train_body(flags, ctx, [&] {
       outcome = train_loop(flags, train_set, sampler, *model, [&](torch::Tensor x) { return model->forward(x); },
                            rank, world, checkpoints.get(), job_mean);
     });
@@ -401,6 +408,8 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--inject-nan-rank", f.inject_nan_rank, "Test: the rank whose loss --inject-nan-step poisons")
       ->capture_default_str();
+  app.add_flag("--no-keep-running", f.no_keep_running,
+               "Test: train outside cohort::keep_running() (a peer's failure then restarts the job)");
   app.add_option("--slow-rank", f.slow_rank, "Test: this rank sleeps --slow-ms per step before its forward");
   app.add_option("--slow-ms", f.slow_ms, "Test: milliseconds --slow-rank sleeps per step")->check(CLI::NonNegativeNumber);
   app.add_option("--on-nan", f.on_nan, "NaN/Inf gradient norm or loss: stop, skip or warn (default: COHORT_ON_NAN, else stop)")

@@ -16,7 +16,7 @@
 //   1. waits for the agent's word that a replacement is on its way (a few seconds at most:
 //      without it the error is the job's, and it is thrown on);
 //   2. re-forms the process groups around the replacement (Context::rejoin), and every cohort
-//      object made on the Context — Checkpointer, DistributedDataParallel — reconnects, making the
+//      object made on the Context — Checkpointer, DistributedDataParallel, LocalSGD — reconnects, making the
 //      collectives its constructor made, which the replacement's constructors make now;
 //   3. runs `body` again, which restores the newest state every rank has: the in-memory snapshot
 //      (Checkpointer snapshots, at most one step old), on the replacement as on the survivors.

@@ -20,6 +20,7 @@
 #include "checkpoint/storage/file_io.h"
 #include "cohort/error.h"
 #include "checkpoint/checkpointer_impl.h"
+#include "runtime/agent_link/agent_link.h"
 #include "runtime/log.h"
 
 namespace cohort {
@@ -34,11 +35,14 @@ int64_t now_unix_ms() {
 // sleeps of 10 ms, which a snapshot committed at every step of a 30 ms step cannot afford: there
 // the keys are polled with a short backoff (a check is an open, a shared lock and a read of what
 // was appended). The TCPStore's server answers a wait as soon as the keys are set.
-// `abandon` (a peer failed, keep_running.h) ends the wait early, unless the keys came after all.
+// `abandon` (this rank leaves for a new generation, keep_running.h), or the agent's word that the
+// job re-forms after `generation` (a peer was replaced: what it owed will not come), ends the wait
+// early, unless the keys came after all.
 void wait_for_keys(c10d::Store& store, const std::vector<std::string>& keys, std::chrono::milliseconds timeout,
-                   const std::atomic<bool>& abandon) {
+                   const std::atomic<bool>& abandon_flag, int generation) {
   using clock = std::chrono::steady_clock;
   const auto deadline = clock::now() + timeout;
+  const auto abandon = [&] { return abandon_flag.load() || detail::newest_rejoin_generation() > generation; };
   if (dynamic_cast<c10d::FileStore*>(&store) == nullptr) {
     // The TCPStore answers within a slice as soon as the keys are set; between slices, `abandon`.
     for (;;) {
@@ -47,13 +51,13 @@ void wait_for_keys(c10d::Store& store, const std::vector<std::string>& keys, std
         store.wait(keys, std::max(std::chrono::milliseconds(1), std::min(left, std::chrono::milliseconds(200))));
         return;
       } catch (const std::exception&) {
-        if (abandon.load() || clock::now() > deadline) throw;
+        if (abandon() || clock::now() > deadline) throw;
       }
     }
   }
   auto pause = std::chrono::microseconds(50);
   while (!store.check(keys)) {
-    if (clock::now() > deadline || abandon.load()) throw std::runtime_error("keys not set within the timeout");
+    if (clock::now() > deadline || abandon()) throw std::runtime_error("keys not set within the timeout");
     std::this_thread::sleep_for(pause);
     pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(2));
   }
@@ -71,7 +75,7 @@ void Checkpointer::Impl::adopt_manifest(const SaveJob& job, const std::string& p
   const std::string k = manifest_key(job);
   auto& s = store();
   try {
-    wait_for_keys(*s, {k}, owner_.options_.commit_timeout, abandon_);  // rank 0 may be the peer that failed
+    wait_for_keys(*s, {k}, owner_.options_.commit_timeout, abandon_, job.generation);  // rank 0 may have failed
   } catch (const std::exception&) {
     throw CheckpointError(rank_, "snapshot of step " + std::to_string(job.step) + ": rank 0's manifest did not come");
   }
@@ -175,7 +179,7 @@ std::vector<nlohmann::json> Checkpointer::Impl::collect_parts(const SaveJob& job
                                       " within " + std::to_string(timeout.count() / 1000) + " s");
   };
   try {
-    wait_for_keys(*s, keys, timeout, abandon_);
+    wait_for_keys(*s, keys, timeout, abandon_, job.generation);
   } catch (const std::exception&) {
     std::string missing;
     for (int r = 0; r < world; ++r)

@@ -62,6 +62,32 @@ struct LocalSGDCore::Impl {
   std::unique_ptr<GroupHookComm> comm;
   StepMonitor* monitor = nullptr;
   int64_t syncs = 0;
+  std::vector<NamedTensor> named;  // parameters and buffers, for the same-model check
+  int64_t rejoin_listener = -1;
+
+  // Everything the constructor does with the other ranks, in order: the same-model check, rank 0's
+  // state to all (and the outer optimizer's start from it), the communicator. After a rejoin
+  // (keep_running.h) the survivors do it again, meeting the replacement's constructor; the loop
+  // then restores every rank's own state from the snapshot.
+  void connect() {
+    Context& c = *ctx;
+    const auto device = params.front().device();
+    check_same_model(c, named, settings_line(options), "LocalSGD");
+    std::vector<torch::Tensor> state = params;
+    state.insert(state.end(), buffers.begin(), buffers.end());
+    broadcast_from_rank0(*c.group(device), state, int64_t{64} << 20);
+    if (options.outer == OuterOptimizer::nesterov) {
+      torch::NoGradGuard no_grad;
+      std::vector<torch::Tensor> parts;
+      for (const auto& p : params) parts.push_back(p.detach().reshape(-1));
+      anchor = torch::cat(parts);
+      momentum = torch::zeros_like(anchor);
+      anchor_views = views_of(anchor);
+      momentum_views = views_of(momentum);
+    }
+    comm = std::make_unique<GroupHookComm>(c.group(device), detail::ContextInternals::shm_allreduce(c), rank, world,
+                                           "local sgd sync");
+  }
 
   std::vector<torch::Tensor> views_of(const torch::Tensor& flat) const {
     std::vector<torch::Tensor> out;
@@ -117,9 +143,8 @@ LocalSGDCore::LocalSGDCore(std::shared_ptr<torch::nn::Module> module, std::share
   m.world = c.world_size();
   check_options(options, m.rank);
 
-  std::vector<NamedTensor> named;
   for (const auto& p : m.module->named_parameters(/*recurse=*/true)) {
-    named.push_back({"parameter", p.key(), p.value()});
+    m.named.push_back({"parameter", p.key(), p.value()});
     m.param_names.push_back("module." + p.key());
     m.params.push_back(p.value());
   }
@@ -128,41 +153,30 @@ LocalSGDCore::LocalSGDCore(std::shared_ptr<torch::nn::Module> module, std::share
   for (size_t i = 0; i < m.params.size(); ++i) {
     const auto& p = m.params[i];
     if (p.device() != first.device() || p.scalar_type() != first.scalar_type() || !p.is_floating_point())
-      throw ConfigError(m.rank, "LocalSGD: parameter '" + named[i].name + "' is " + std::string(p.dtype().name()) +
+      throw ConfigError(m.rank, "LocalSGD: parameter '" + m.named[i].name + "' is " + std::string(p.dtype().name()) +
                                     " on " + p.device().str() + " where the first is " +
                                     std::string(first.dtype().name()) + " on " + first.device().str() +
                                     "; the parameters must share one floating dtype and one device");
     m.param_numel += p.numel();
   }
   for (const auto& b : m.module->named_buffers(/*recurse=*/true)) {
-    named.push_back({"buffer", b.key(), b.value()});
+    m.named.push_back({"buffer", b.key(), b.value()});
     m.buffer_names.push_back("module." + b.key());
     m.buffers.push_back(b.value());
     if (b.value().scalar_type() == first.scalar_type() && b.value().device() == first.device())
       m.averaged_buffers.push_back(b.value());
   }
-  check_same_model(c, named, settings_line(options), "LocalSGD");
-  std::vector<torch::Tensor> state = m.params;
-  state.insert(state.end(), m.buffers.begin(), m.buffers.end());
-  broadcast_from_rank0(*c.group(first.device()), state, int64_t{64} << 20);
-
-  if (options.outer == OuterOptimizer::nesterov) {
-    torch::NoGradGuard no_grad;
-    std::vector<torch::Tensor> parts;
-    for (const auto& p : m.params) parts.push_back(p.detach().reshape(-1));
-    m.anchor = torch::cat(parts);
-    m.momentum = torch::zeros_like(m.anchor);
-    m.anchor_views = m.views_of(m.anchor);
-    m.momentum_views = m.views_of(m.momentum);
-  }
-  detail::ContextInternals::cannot_rejoin(c, "LocalSGD");
-  m.comm = std::make_unique<GroupHookComm>(c.group(first.device()), detail::ContextInternals::shm_allreduce(c), m.rank, m.world,
-                                           "local sgd sync");
+  m.connect();
+  // Released before a rejoin: the communicator holds the old groups.
+  m.rejoin_listener = ContextInternals::add_rejoin_listener(
+      c, [impl = impl_.get()] { impl->comm.reset(); }, [impl = impl_.get()] { impl->connect(); });
   m.monitor = &current_step_monitor();
   m.monitor->set_identity(c.rank(), c.world_size(), c.env().restart_count);
 }
 
-LocalSGDCore::~LocalSGDCore() = default;
+LocalSGDCore::~LocalSGDCore() {
+  if (impl_->rejoin_listener >= 0) ContextInternals::remove_rejoin_listener(*impl_->ctx, impl_->rejoin_listener);
+}
 
 bool LocalSGDCore::forward_begin(int64_t samples) {
   Impl& m = *impl_;

@@ -20,17 +20,27 @@ namespace {
 // the process groups and both resume from the newest in-memory snapshot. No full restart at all:
 // the survivor of each fault keeps its pid, each recovery goes back at most one step, and the job
 // ends bitwise where an uninterrupted run does.
-void expect_survivors_keep_running(int sig, int faults, const std::string& launcher_flags) {
+// The ranks' final states, in either order (local SGD's ranks each print their own).
+std::vector<std::string> sorted_states(const std::string& output) {
+  std::istringstream in(final_state(output));
+  std::vector<std::string> v{std::istream_iterator<std::string>(in), std::istream_iterator<std::string>()};
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+void expect_survivors_keep_running(int sig, int faults, const std::string& launcher_flags,
+                                   const std::string& example_flags = "") {
   const fs::path dir = fs::temp_directory_path() / ("cohort_survivors_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
-  const std::string example_args = " --no-eval --threads 1 --log-every 0 " + kSteps + " --report-first-step";
+  const std::string example_args =
+      " --no-eval --threads 1 --log-every 0 " + kSteps + " --report-first-step" + example_flags;
   const std::string run = kCohort + " run --nproc-per-node 2 --threads-per-proc 1 --max-restarts 8 --no-dashboard" +
                           launcher_flags;
   const auto straight = run_shell(run + " -- " + kExample + " --ckpt-dir " + (dir / "straight").string() + example_args);
   ASSERT_EQ(straight.exit_code, 0) << straight.output;
-  const std::string expected = final_state(straight.output);
-  ASSERT_EQ(expected.size(), 2 * 34u) << straight.output;
+  const auto expected = sorted_states(straight.output);
+  ASSERT_EQ(expected.size(), 2u) << straight.output;
 
   const std::string ckpt = (dir / "faulty").string();
   Job job(run + " --keep-survivors --warm-spares --run-dir " + (dir / "run").string() + " -- " + kExample +
@@ -84,7 +94,7 @@ void expect_survivors_keep_running(int sig, int faults, const std::string& launc
     EXPECT_TRUE(contains(line, "\"source\":\"snapshot\"")) << line;
   }
   EXPECT_EQ(recovered, static_cast<size_t>(faults));
-  EXPECT_EQ(final_state(output), expected) << "parameters or momentum differ from the uninterrupted run:\n" << output;
+  EXPECT_EQ(sorted_states(output), expected) << "parameters or momentum differ from the uninterrupted run:\n" << output;
   fs::remove_all(dir);
 }
 
@@ -132,19 +142,20 @@ TEST(Recovery, FourRanksOnGlooRejoinWhenTheRingsFarSideWaitedOnASurvivor) {
   fs::remove_all(dir);
 }
 
-// Where the workers cannot rejoin — LocalSGD does not reconnect yet, so keep_running() does not
-// offer to — --keep-survivors falls back to restarting the round, with the same result.
+// Where a worker cannot rejoin — here one that trains outside keep_running(), so its heartbeats say
+// so — --keep-survivors falls back to restarting the round, with the same result.
 TEST(Recovery, KeepSurvivorsRestartsTheRoundWhereAWorkerCannotRejoin) {
   if (!have_dataset()) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
   const fs::path dir = fs::temp_directory_path() / ("cohort_norejoin_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
-  const std::string example_args = " --no-eval --threads 1 --log-every 0 --max-steps 60 --local-sgd 4 --report-first-step";
+  const std::string example_args = " --no-eval --threads 1 --log-every 0 --max-steps 60 --report-first-step";
   const std::string run = kCohort + " run --nproc-per-node 2 --threads-per-proc 1 --max-restarts 2 --no-dashboard";
   const auto straight = run_shell(run + " -- " + kExample + " --ckpt-dir " + (dir / "straight").string() + example_args);
   ASSERT_EQ(straight.exit_code, 0) << straight.output;
   const std::string ckpt = (dir / "faulty").string();
-  Job job(run + " --keep-survivors -- " + kExample + " --ckpt-dir " + ckpt + " --snapshot-every 1" + example_args,
+  Job job(run + " --keep-survivors -- " + kExample + " --ckpt-dir " + ckpt + " --snapshot-every 1 --no-keep-running" +
+              example_args,
           (dir / "faulty.log").string());
   ASSERT_GT(job.pid, 0);
   const int sent = signal_at_random_moments(job, ckpt, SIGKILL, 1, 20261205, 100, 300);
@@ -154,15 +165,15 @@ TEST(Recovery, KeepSurvivorsRestartsTheRoundWhereAWorkerCannotRejoin) {
   EXPECT_EQ(exit_code, 0) << output;
   EXPECT_TRUE(contains(output, "restarting the job (restart 1 of 2)")) << output;
   EXPECT_FALSE(contains(output, "keep running")) << output;
-  // Local SGD's optimizers are each rank's own: the two ranks' lines, in either order.
-  auto sorted_states = [](const std::string& text) {
-    std::istringstream in(final_state(text));
-    std::vector<std::string> v{std::istream_iterator<std::string>(in), std::istream_iterator<std::string>()};
-    std::sort(v.begin(), v.end());
-    return v;
-  };
-  EXPECT_EQ(sorted_states(output), sorted_states(straight.output)) << output;
+  EXPECT_EQ(final_state(output), final_state(straight.output)) << output;
   fs::remove_all(dir);
+}
+
+// Local SGD (and DiLoCo's outer optimizer) reconnects too: each rank's own parameters and the
+// outer state come back from the snapshot, and the job ends where an uninterrupted one does.
+TEST(Recovery, LocalSgdSurvivorsKeepRunningWithTheUninterruptedRunsResult) {
+  if (!have_dataset()) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  expect_survivors_keep_running(SIGKILL, 3, "", " --local-sgd 4 --outer nesterov");
 }
 
 TEST(Recovery, SurvivorsKeepRunningThroughHangsWithTheUninterruptedRunsResult) {
