@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Survivors keep running on two machines (issue 19): from a worker's SIGKILL to the first completed
 # training step, and the steps each recovery went back, with two "nodes" (network namespaces
-# joined by a veth pair, the tests' way) of two ranks each, the CNN on Fashion-MNIST, in-memory
+# on one switch, bench/netns_star.sh) of two ranks each, the CNN on Fashion-MNIST, in-memory
 # snapshots every step and warm spares. Two ways, alternating runs: every worker restarts
 # (--warm-spares) against only the killed one replaced (--keep-survivors). Each run kills KILLS
 # workers, on node 1 and node 0 in turn, a random local rank, 0.5-1.5 s after the job trains again
@@ -19,20 +19,16 @@ example=$(realpath "$build/examples/fashion_mnist/fashion_mnist")
 [ -x "$cohort" ] && [ -x "$example" ] || { echo "survivors_netns: build first (bash scripts/setup.sh)" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || { echo "survivors_netns: needs root (network namespaces)" >&2; exit 2; }
 work=$(mktemp -d /tmp/cohort_survivors_bench.XXXXXX)
-a=cbsa$$ b=cbsb$$
+sw=cbs$$ a=cbs$$_0 b=cbs$$_1
 cleanup() {
   pkill -9 -f "$work" 2>/dev/null || true
-  ip netns del $a 2>/dev/null || true
-  ip netns del $b 2>/dev/null || true
+  for ns in $a $b $sw; do ip netns del $ns 2>/dev/null || true; done
   [ -n "${KEEP:-}" ] || rm -rf "$work"
 }
 trap cleanup EXIT
-ip netns add $a && ip netns add $b
-ip link add cbva$$ type veth peer name cbvb$$
-ip link set cbva$$ netns $a && ip link set cbvb$$ netns $b
-ip -n $a addr add 10.81.0.1/24 dev cbva$$ && ip -n $b addr add 10.81.0.2/24 dev cbvb$$
-for ns in $a $b; do ip -n $ns link set lo up; done
-ip -n $a link set cbva$$ up && ip -n $b link set cbvb$$ up
+# The two nodes at 10.81.0.1 and .2 on one switch; links at 10 Gbit/s (not the limit here).
+. bench/netns_star.sh
+netns_star "$sw" "cbs$$_" "cbv$$_" 10.81.0 2 10gbit
 export COHORT_JOB_TOKEN=cohort-bench-job-token-0123456789abcdef
 
 now_ns() { date +%s%N; }
