@@ -4,7 +4,9 @@
 // gpt2-124m). Start it with `cohort run`, e.g.
 //   cohort run --nproc-per-node 2 -- ./gpt --preset tiny --steps 300 --mode zero3
 // It checkpoints with --ckpt-dir (the model, AdamW's state, the sampler's data position and the
-// learning-rate schedule) and resumes bit for bit; evaluates the validation loss every
+// learning-rate schedule) and resumes bit for bit (under `cohort run --keep-survivors` with
+// --snapshot-every, a lost peer's replacement and the survivors go on from the newest snapshot
+// without restarting the job); evaluates the validation loss every
 // --eval-every steps and at the end; ends with one JSON line per rank: val_loss, tokens_per_s,
 // mfu, param_checksum, world_size, steps, and a short generated sample.
 // What it does not do: tokenise beyond bytes, KV-cache generation, dropout (training stays

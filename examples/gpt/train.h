@@ -179,7 +179,6 @@ nlohmann::json train(M& model, std::shared_ptr<cohort::Context> ctx, const Corpu
                                             " and --batch " + std::to_string(o.batch) + " on " +
                                             std::to_string(c.world_size()) + " ranks");
   cohort::DistributedSampler sampler(*train_set.size(), ctx, {.shuffle = true, .seed = o.seed});
-  auto loader = torch::data::make_data_loader(train_set, sampler, torch::data::DataLoaderOptions(o.batch));
   cohort::FusedAdamW optimizer(model->parameters(), torch::optim::AdamWOptions(o.lr)
                                                         .betas(std::make_tuple(0.9, 0.95))
                                                         .eps(1e-8)
@@ -193,99 +192,109 @@ nlohmann::json train(M& model, std::shared_ptr<cohort::Context> ctx, const Corpu
         o.ckpt_dir, ctx,
         cohort::CheckpointOptions{.every_steps = o.ckpt_every, .async = !o.ckpt_sync, .snapshot_every_steps = o.snapshot_every,
                                   .snapshot_dir = ""});  // "": COHORT_SNAPSHOT_DIR, from cohort run
-    if (auto r = checkpoints->restore_latest(state()); r && c.rank() == 0)
-      std::cout << "resumed from " << r->path << " (step " << r->step << ")" << std::endl;
   }
-  const double peak = o.peak_tflops > 0 ? o.peak_tflops * 1e12 * c.world_size()
-                      : device.is_cuda() ? 989e12 * c.world_size()
-                                         : sum_over_ranks(c, {measured_gemm_flops(c)})[0];
-  const double tokens_per_step = static_cast<double>(o.batch) * o.accum * c.world_size() * cfg.seq_len;
-
-  using clock = std::chrono::steady_clock;
-  double timed_s = 0, last_loss = NAN, val_loss = NAN;
-  int64_t timed_steps = 0, step = schedule.step();
-  const int64_t first_step = step;  // after a restore: where this start begins
-  int micro = 0;
-  double loss_sum = 0;
-  clock::time_point step_start;
-  PhaseTimes phases(o.phase_times, device);
-  for (int64_t epoch = sampler.epoch(); step < o.steps; ++epoch) {
-    sampler.set_epoch(epoch);
-    for (auto& batch : *loader) {
-      if (micro == 0) {
-        phases.count(step - first_step >= o.warmup_steps);  // the steps the throughput counts
-        phases.start();
-        step_start = clock::now();
-        for (auto& group : optimizer.param_groups()) group.options().set_lr(schedule.lr());
-        optimizer.zero_grad();
-        loss_sum = 0;
-      }
-      {
-        std::optional<decltype(model->no_sync())> local;  // all but the last micro-step: no communication
-        if (micro + 1 < o.accum) local.emplace(model->no_sync());
-        torch::Tensor loss;
-        {
-          auto data = batch.data.to(device), target = batch.target.to(device);
-          phases.end("to_device");
-          cohort::AutocastGuard autocast(torch::kBFloat16, device.is_cuda() && o.bf16);
-          loss = lm_loss(model->forward(data), target) / o.accum;
-        }
-        phases.end("forward");
-        loss.backward();
-        phases.end("backward");
-        loss_sum += loss.item<double>();
-      }
-      if (++micro < o.accum) continue;
-      micro = 0;
-      const double lr = schedule.lr();
-      clip_gradients(model, o.clip);
-      phases.end("clip");
-      decay.apply(lr, o.weight_decay);
-      optimizer.step();
-      phases.end("optimizer");
-      after_step(model);
-      schedule.advance();
-      ++step;
-      const double seconds = std::chrono::duration<double>(clock::now() - step_start).count();
-      if (step - first_step > o.warmup_steps) {  // tokens/s over the steps after this start's warm-up
-        ++timed_steps;
-        timed_s += seconds;
-      }
-      const double tps = tokens_per_step / seconds;
-      if (o.log_every > 0 && step % o.log_every == 0) {
-        last_loss = sum_over_ranks(c, {loss_sum})[0] / c.world_size();  // the job's loss: every rank's batch
-        if (c.rank() == 0) std::cout << "step " << step << " loss " << std::setprecision(9) << last_loss << " lr " << lr << std::endl;
-      }
-      if (checkpoints) checkpoints->maybe_save(state());
-      // After maybe_save: a step reported done is then within one step of a committed snapshot.
-      cohort::monitor().step(step, {{"loss", loss_sum}, {"lr", lr}, {"tokens_per_s", tps}, {"mfu", tps * cfg.flops_per_token() / peak}});
-      if (o.eval_every > 0 && step % o.eval_every == 0) {
-        val_loss = evaluate(model, c, val_set, o, device);
-        if (c.rank() == 0) std::cout << "step " << step << " val_loss " << val_loss << std::endl;
-      }
-      if (step >= o.steps) break;
+  // Under `cohort run --keep-survivors` a peer's failure re-forms the job around its replacement and
+  // this runs again, from the newest snapshot; what it needs from the other ranks happens inside.
+  const auto train_from_latest = [&]() -> nlohmann::json {
+    auto loader = torch::data::make_data_loader(train_set, sampler, torch::data::DataLoaderOptions(o.batch));
+    if (checkpoints) {
+      if (auto r = checkpoints->restore_latest(state()); r && c.rank() == 0)
+        std::cout << "resumed from " << r->path << " (step " << r->step << ")" << std::endl;
     }
-  }
-  if (checkpoints) {
-    checkpoints->wait();
-    // The end state too, so that starting the finished job again resumes at its end.
-    if (o.ckpt_every > 0 && step > first_step && step % o.ckpt_every != 0) checkpoints->save(state());
-  }
-  finish(model);  // DiLoCo: the local steps since the last synchronisation, so that one model is evaluated
-  const bool final_eval_due = !(o.eval_every > 0 && step % o.eval_every == 0);
-  if (final_eval_due) val_loss = evaluate(model, c, val_set, o, device);
-  const double tokens_per_s = timed_s > 0 ? tokens_per_step * timed_steps / timed_s : NAN;
-  nlohmann::json result{{"val_loss", val_loss},
-                        {"train_loss", last_loss},
-                        {"tokens_per_s", tokens_per_s},
-                        {"mfu", tokens_per_s * cfg.flops_per_token() / peak},
-                        {"param_checksum", checksum_of(model)},
-                        {"world_size", c.world_size()},
-                        {"steps", step},
-                        {"mode", o.mode},
-                        {"parameters", cfg.parameters()},
-                        {"unigram_entropy", corpus.unigram_entropy}};
-  if (o.phase_times) result["phase_ms"] = phases.per_step(timed_steps);
-  if (o.sample_tokens > 0) result["sample"] = generate(model, cfg, "\n", o.sample_tokens, o.seed, device);
+    const double peak = o.peak_tflops > 0 ? o.peak_tflops * 1e12 * c.world_size()
+                        : device.is_cuda() ? 989e12 * c.world_size()
+                                           : sum_over_ranks(c, {measured_gemm_flops(c)})[0];
+    const double tokens_per_step = static_cast<double>(o.batch) * o.accum * c.world_size() * cfg.seq_len;
+
+    using clock = std::chrono::steady_clock;
+    double timed_s = 0, last_loss = NAN, val_loss = NAN;
+    int64_t timed_steps = 0, step = schedule.step();
+    const int64_t first_step = step;  // after a restore: where this start begins
+    int micro = 0;
+    double loss_sum = 0;
+    clock::time_point step_start;
+    PhaseTimes phases(o.phase_times, device);
+    for (int64_t epoch = sampler.epoch(); step < o.steps; ++epoch) {
+      sampler.set_epoch(epoch);
+      for (auto& batch : *loader) {
+        if (micro == 0) {
+          phases.count(step - first_step >= o.warmup_steps);  // the steps the throughput counts
+          phases.start();
+          step_start = clock::now();
+          for (auto& group : optimizer.param_groups()) group.options().set_lr(schedule.lr());
+          optimizer.zero_grad();
+          loss_sum = 0;
+        }
+        {
+          std::optional<decltype(model->no_sync())> local;  // all but the last micro-step: no communication
+          if (micro + 1 < o.accum) local.emplace(model->no_sync());
+          torch::Tensor loss;
+          {
+            auto data = batch.data.to(device), target = batch.target.to(device);
+            phases.end("to_device");
+            cohort::AutocastGuard autocast(torch::kBFloat16, device.is_cuda() && o.bf16);
+            loss = lm_loss(model->forward(data), target) / o.accum;
+          }
+          phases.end("forward");
+          loss.backward();
+          phases.end("backward");
+          loss_sum += loss.item<double>();
+        }
+        if (++micro < o.accum) continue;
+        micro = 0;
+        const double lr = schedule.lr();
+        clip_gradients(model, o.clip);
+        phases.end("clip");
+        decay.apply(lr, o.weight_decay);
+        optimizer.step();
+        phases.end("optimizer");
+        after_step(model);
+        schedule.advance();
+        ++step;
+        const double seconds = std::chrono::duration<double>(clock::now() - step_start).count();
+        if (step - first_step > o.warmup_steps) {  // tokens/s over the steps after this start's warm-up
+          ++timed_steps;
+          timed_s += seconds;
+        }
+        const double tps = tokens_per_step / seconds;
+        if (o.log_every > 0 && step % o.log_every == 0) {
+          last_loss = sum_over_ranks(c, {loss_sum})[0] / c.world_size();  // the job's loss: every rank's batch
+          if (c.rank() == 0) std::cout << "step " << step << " loss " << std::setprecision(9) << last_loss << " lr " << lr << std::endl;
+        }
+        if (checkpoints) checkpoints->maybe_save(state());
+        // After maybe_save: a step reported done is then within one step of a committed snapshot.
+        cohort::monitor().step(step, {{"loss", loss_sum}, {"lr", lr}, {"tokens_per_s", tps}, {"mfu", tps * cfg.flops_per_token() / peak}});
+        if (o.eval_every > 0 && step % o.eval_every == 0) {
+          val_loss = evaluate(model, c, val_set, o, device);
+          if (c.rank() == 0) std::cout << "step " << step << " val_loss " << val_loss << std::endl;
+        }
+        if (step >= o.steps) break;
+      }
+    }
+    if (checkpoints) {
+      checkpoints->wait();
+      // The end state too, so that starting the finished job again resumes at its end.
+      if (o.ckpt_every > 0 && step > first_step && step % o.ckpt_every != 0) checkpoints->save(state());
+    }
+    finish(model);  // DiLoCo: the local steps since the last synchronisation, so that one model is evaluated
+    const bool final_eval_due = !(o.eval_every > 0 && step % o.eval_every == 0);
+    if (final_eval_due) val_loss = evaluate(model, c, val_set, o, device);
+    const double tokens_per_s = timed_s > 0 ? tokens_per_step * timed_steps / timed_s : NAN;
+    nlohmann::json result{{"val_loss", val_loss},
+                          {"train_loss", last_loss},
+                          {"tokens_per_s", tokens_per_s},
+                          {"mfu", tokens_per_s * cfg.flops_per_token() / peak},
+                          {"param_checksum", checksum_of(model)},
+                          {"world_size", c.world_size()},
+                          {"steps", step},
+                          {"mode", o.mode},
+                          {"parameters", cfg.parameters()},
+                          {"unigram_entropy", corpus.unigram_entropy}};
+    if (o.phase_times) result["phase_ms"] = phases.per_step(timed_steps);
+    if (o.sample_tokens > 0) result["sample"] = generate(model, cfg, "\n", o.sample_tokens, o.seed, device);
+    return result;
+  };
+  nlohmann::json result;
+  cohort::keep_running(ctx, [&] { result = train_from_latest(); });
   return result;
 }

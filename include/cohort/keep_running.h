@@ -16,8 +16,10 @@
 //   1. waits for the agent's word that a replacement is on its way (a few seconds at most:
 //      without it the error is the job's, and it is thrown on);
 //   2. re-forms the process groups around the replacement (Context::rejoin), and every cohort
-//      object made on the Context — Checkpointer, DistributedDataParallel, LocalSGD — reconnects, making the
-//      collectives its constructor made, which the replacement's constructors make now;
+//      object made on the Context — Checkpointer, DistributedDataParallel, ShardedDataParallel,
+//      LocalSGD — reconnects, making the collectives its constructor made, which the
+//      replacement's constructors make now (ShardedDataParallel then trains only once restored:
+//      the lost rank's shard is in its snapshot);
 //   3. runs `body` again, which restores the newest state every rank has: the in-memory snapshot
 //      (Checkpointer snapshots, at most one step old), on the replacement as on the survivors.
 // So what `body` needs from before the failure must be restored by it, and collectives of your

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <iterator>
+#include <map>
 #include <thread>
 
 #include "support/recovery_jobs.h"
@@ -175,6 +176,78 @@ TEST(Recovery, LocalSgdSurvivorsKeepRunningWithTheUninterruptedRunsResult) {
   if (!have_dataset()) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
   expect_survivors_keep_running(SIGKILL, 3, "", " --local-sgd 4 --outer nesterov");
 }
+
+// Each rank's param_checksum from the GPT example's result lines ("[r] {...}"), by rank.
+std::map<std::string, std::string> gpt_checksums(const std::string& output) {
+  std::map<std::string, std::string> out;
+  const std::regex re("\\[([0-9]+)\\] \\{[^\n]*\"param_checksum\":\"([0-9a-f]+)\"");
+  for (std::sregex_iterator it(output.begin(), output.end(), re), end; it != end; ++it) out[(*it)[1]] = (*it)[2];
+  return out;
+}
+
+// ShardedDataParallel reconnects too (the GPT example, ZeRO-2 and ZeRO-3): a lost rank's shard and
+// its AdamW state exist only in its snapshot, which the replacement and the survivor restore; two
+// SIGKILLs at random steps, no full restart, the survivors keep their pids, at most one step
+// recomputed per kill, and both ranks end bitwise where an uninterrupted run does.
+class ShardedSurvivors : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ShardedSurvivors, KeepRunningWithTheUninterruptedRunsParameters) {
+  if (!fs::is_directory("/usr/share/games/fortunes")) GTEST_SKIP() << "Debian's fortunes package is not installed";
+  const std::string mode = GetParam();
+  const fs::path dir = fs::temp_directory_path() / ("cohort_sharded_survivors_" + mode + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string gpt = COHORT_GPT;
+  const std::string args = " --preset tiny --seq-len 64 --layers 2 --dim 128 --batch 4 --threads 1 --eval-windows 32 "
+                           "--sample-tokens 0 --steps 150 --log-every 1 --mode " + mode;
+  const std::string run = kCohort + " run --nproc-per-node 2 --threads-per-proc 1 --max-restarts 4 --no-dashboard";
+  const auto straight = run_shell(run + " -- " + gpt + " --ckpt-dir " + (dir / "straight").string() + args);
+  ASSERT_EQ(straight.exit_code, 0) << straight.output;
+  const auto expected = gpt_checksums(straight.output);
+  ASSERT_EQ(expected.size(), 2u) << straight.output;
+
+  const std::string ckpt = (dir / "faulty").string();
+  Job job(run + " --keep-survivors --warm-spares --run-dir " + (dir / "run").string() + " -- " + gpt + " --ckpt-dir " +
+              ckpt + " --snapshot-every 1" + args,
+          (dir / "faulty.log").string());
+  ASSERT_GT(job.pid, 0);
+  std::mt19937 rng(20261205);
+  std::uniform_int_distribution<int> after_ms(100, 400);
+  std::vector<pid_t> survivors;
+  size_t trained = 0;  // steps logged when the last fault was sent
+  for (int fault = 0; fault < 2 && job.running();) {
+    // Five more steps logged since the last fault: the job trains again.
+    if (count(read_all(job.log), " loss ") < trained + 5) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      continue;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(after_ms(rng)));
+    const std::vector<pid_t> training = training_workers(ckpt, gpt);
+    if (training.size() != 2 || !job.running()) continue;
+    if (!survivors.empty())
+      EXPECT_NE(std::find(training.begin(), training.end(), survivors.back()), training.end())
+          << "survivor " << survivors.back() << " of fault " << fault << " is gone";
+    const size_t victim = rng() % 2;
+    trained = count(read_all(job.log), " loss ");
+    ::kill(training[victim], SIGKILL);
+    survivors.push_back(training[1 - victim]);
+    ++fault;
+  }
+  const int exit_code = job.wait();
+  const std::string output = read_all(job.log);
+  ASSERT_EQ(survivors.size(), 2u) << "the job ended before the last fault: " << output;
+  EXPECT_EQ(exit_code, 0) << output;
+  EXPECT_EQ(count(output, "while the other ranks keep running"), 2u) << output;
+  EXPECT_FALSE(contains(output, "restarting the job")) << "a full restart happened:\n" << output;
+  EXPECT_EQ(count(output, "a collective failed"), 2u) << output;
+  const auto lost = steps_lost_per_restore((dir / "run" / "events.jsonl").string());
+  ASSERT_EQ(lost.size(), 2u) << read_all((dir / "run" / "events.jsonl").string());
+  for (size_t i = 0; i < lost.size(); ++i) EXPECT_LE(lost[i], 1) << "recovery " << i + 1 << " went back " << lost[i] << " steps";
+  EXPECT_EQ(gpt_checksums(output), expected) << "parameters differ from the uninterrupted run:\n" << output;
+  fs::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Levels, ShardedSurvivors, ::testing::Values("zero2", "zero3"));
 
 TEST(Recovery, SurvivorsKeepRunningThroughHangsWithTheUninterruptedRunsResult) {
   if (!have_dataset()) GTEST_SKIP() << "dataset-fashion-mnist is not installed";

@@ -83,11 +83,12 @@ struct Job {
   int status_ = 0;
 };
 
-// The pids of the job's workers (both ranks), found by their unique checkpoint directory.
-inline std::vector<pid_t> worker_pids(const std::string& ckpt_dir) {
+// The pids of the job's workers (both ranks), found by their unique checkpoint directory: the
+// program's first flag.
+inline std::vector<pid_t> worker_pids(const std::string& ckpt_dir, const std::string& program = kExample) {
   std::vector<pid_t> out;
   // Anchored at the program's path: the launcher's and the shell's command lines contain it too.
-  std::istringstream in(run_shell("pgrep -f -- '^" + kExample + " --ckpt-dir " + ckpt_dir + " '").output);
+  std::istringstream in(run_shell("pgrep -f -- '^" + program + " --ckpt-dir " + ckpt_dir + " '").output);
   for (pid_t p; in >> p;) out.push_back(p);
   return out;
 }
@@ -95,10 +96,10 @@ inline std::vector<pid_t> worker_pids(const std::string& ckpt_dir) {
 // The job's training workers: those that mapped a shared-memory allreduce's segment
 // (/dev/shm/cohort-<pid>-<n>: one machine's, or a node's in the hierarchical allreduce), which the
 // warm spares waiting in init() have not.
-inline std::vector<pid_t> training_workers(const std::string& ckpt_dir) {
+inline std::vector<pid_t> training_workers(const std::string& ckpt_dir, const std::string& program = kExample) {
   std::vector<pid_t> out;
   const std::regex segment("/dev/shm/cohort-[0-9]+-[0-9]+");
-  for (pid_t p : worker_pids(ckpt_dir))
+  for (pid_t p : worker_pids(ckpt_dir, program))
     if (std::regex_search(read_all("/proc/" + std::to_string(p) + "/maps"), segment)) out.push_back(p);
   return out;
 }

@@ -23,6 +23,8 @@ struct RankOptions {
   /// > 0: ranks declare nodes of this many ranks each (node-major), as `cohort run --nnodes`
   /// numbers them; each node's ranks share memory, the nodes only the Gloo group.
   int ranks_per_node = 0;
+  /// > 0: the ranks join a running job, as a replacement under `cohort run --keep-survivors` does.
+  int generation = 0;
   InitOptions init;
 };
 
@@ -40,6 +42,7 @@ inline std::vector<std::exception_ptr> run_ranks_collect(int world, const std::f
         JobEnv env;
         env.rank = r;
         env.world_size = world;
+        env.generation = rank_options.generation;
         if (rank_options.same_machine) {
           env.local_rank = r;
           env.local_world_size = world;

@@ -84,6 +84,7 @@ void ShardedCore::Impl::load_shard_state(const ShardSource& source, torch::optim
     ckpt::set_param_state(*optimizer, shards[u], fields, rank);
   }
   if (optimizer) ckpt::apply_optimizer_description(*optimizer, source.optimizer_json(), rank);
+  needs_restore = false;  // after a rejoin: the shards are whole again (sharded_core_impl.h)
 }
 
 FullState ShardedCore::Impl::full_state(const torch::optim::Optimizer* optimizer) {

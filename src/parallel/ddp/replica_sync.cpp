@@ -60,7 +60,11 @@ std::string model_signature(const std::vector<NamedTensor>& tensors) {
 
 void check_same_model(Context& ctx, const std::vector<NamedTensor>& tensors, const std::string& settings,
                       const std::string& owner) {
-  const std::string sig = model_signature(tensors) + settings;
+  check_same_signature(ctx, model_signature(tensors), settings, owner);
+}
+
+void check_same_signature(Context& ctx, const std::string& model, const std::string& settings, const std::string& owner) {
+  const std::string sig = model + settings;
   const auto hash = static_cast<int64_t>(XXH64(sig.data(), sig.size(), 0));
   auto hashes = allgather_int64(*ctx.group(), ctx.world_size(), hash, "model check");
   std::vector<int> differing;
@@ -72,7 +76,6 @@ void check_same_model(Context& ctx, const std::vector<NamedTensor>& tensors, con
   // Slow path, only on a mismatch: exchange the signatures through the store to name the
   // difference. Every rank reaches this point, because every rank saw the same hashes.
   const std::string prefix = "cohort/ddp/" + std::to_string(detail::ContextInternals::next_sequence(ctx)) + "/signature/";
-  const std::string model = model_signature(tensors);
   ctx.store()->set(prefix + std::to_string(ctx.rank()), std::vector<uint8_t>(model.begin(), model.end()));
   ctx.store()->set(prefix + "settings/" + std::to_string(ctx.rank()),
                    std::vector<uint8_t>(settings.begin(), settings.end()));
@@ -94,7 +97,8 @@ void check_same_model(Context& ctx, const std::vector<NamedTensor>& tensors, con
                                     (model_differs ? "model." : owner + " options."));
 }
 
-void broadcast_from_rank0(Backend& group, const std::vector<torch::Tensor>& tensors, int64_t chunk_bytes) {
+void broadcast_from_rank0(Backend& group, const std::vector<torch::Tensor>& tensors, int64_t chunk_bytes,
+                          bool write_back) {
   torch::NoGradGuard no_grad;
   // Group by dtype and device, then broadcast flattened chunks of about chunk_bytes.
   std::map<std::pair<int, std::string>, std::vector<torch::Tensor>> groups;
@@ -116,8 +120,10 @@ void broadcast_from_rank0(Backend& group, const std::vector<torch::Tensor>& tens
       FlightScope entry(flight_op("broadcast", "rank 0's values, chunk", chunk_index++, flat[0]));
       group.broadcast(flat)->wait();
       entry.done();
-      auto parts = torch::utils::unflatten_dense_tensors(flat[0], chunk);
-      for (size_t i = 0; i < chunk.size(); ++i) chunk[i].copy_(parts[i]);
+      if (write_back) {
+        auto parts = torch::utils::unflatten_dense_tensors(flat[0], chunk);
+        for (size_t i = 0; i < chunk.size(); ++i) chunk[i].copy_(parts[i]);
+      }
       begin = end;
     }
   }

@@ -26,8 +26,15 @@ std::string model_signature(const std::vector<NamedTensor>& tensors);
 void check_same_model(Context& ctx, const std::vector<NamedTensor>& tensors, const std::string& settings = "",
                       const std::string& owner = "DistributedDataParallel");
 
-/// Overwrites every tensor with rank 0's values, in flattened chunks per dtype.
-void broadcast_from_rank0(Backend& group, const std::vector<torch::Tensor>& tensors, int64_t chunk_bytes);
+/// check_same_model for a signature kept from before (model_signature()): what a rank whose
+/// tensors changed shape since (ShardedDataParallel's, flattened) checks at a rejoin.
+void check_same_signature(Context& ctx, const std::string& model, const std::string& settings, const std::string& owner);
+
+/// Overwrites every tensor with rank 0's values, in flattened chunks per dtype. Without
+/// `write_back` the values are received and dropped: a rank that only has to take part (its
+/// `tensors` may then be placeholders of the right shapes, e.g. expanded scalars).
+void broadcast_from_rank0(Backend& group, const std::vector<torch::Tensor>& tensors, int64_t chunk_bytes,
+                          bool write_back = true);
 
 /// Throws cohort::Error naming the ranks whose tensors differ from rank 0's.
 void assert_same_values(Context& ctx, const std::vector<torch::Tensor>& tensors, const std::string& what);

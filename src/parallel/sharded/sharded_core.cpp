@@ -35,10 +35,6 @@ ShardedCore::ShardedCore(std::shared_ptr<torch::nn::Module> module, bool is_sequ
   // rank throws the same ConfigError instead of some waiting for the others.
   m.plan = plan_units(*m.module, is_sequential, m.options, m.rank);
   const auto device = m.plan.units.front().params.front().device();
-  ContextInternals::cannot_rejoin(c, "ShardedDataParallel");
-  m.coll = std::make_unique<ShardCollectives>(c.group(device), device.is_cpu() ? detail::ContextInternals::shm_allreduce(c) : nullptr, m.rank,
-                                              m.world, m.options.reduce_scatter, m.options.allgather);
-
   std::vector<NamedTensor> named;
   std::vector<torch::Tensor> all;
   for (const auto& p : m.module->named_parameters(true)) {
@@ -51,8 +47,12 @@ ShardedCore::ShardedCore(std::shared_ptr<torch::nn::Module> module, bool is_sequ
     all.push_back(b.value());
     m.replicated.emplace_back("module." + b.key(), b.value());
   }
-  check_same_model(c, named, "", "ShardedDataParallel");
-  broadcast_from_rank0(*c.group(device), all, 4 << 20);  // small chunks: no full-model copy at construction
+  m.signature = model_signature(named);
+  for (const auto& t : all)  // one element each, seen with the original shape
+    m.placeholders.push_back(torch::zeros({}, t.options().requires_grad(false)).expand(t.sizes()));
+  // A replacement of a lost rank (a spare given a later generation) trains only once restored.
+  m.needs_restore = c.generation() > 0;
+  m.connect(all, /*write_back=*/true);
 
   if (m.plan.per_child) {
     m.child_unit.assign(m.module->children().size(), -1);
@@ -84,10 +84,13 @@ ShardedCore::ShardedCore(std::shared_ptr<torch::nn::Module> module, bool is_sequ
   m.state.resize(m.units.size());
   m.stats.num_units = static_cast<int64_t>(m.units.size());
   m.attach_hooks();
-  m.queue = std::make_unique<CommQueue>();
+  m.rejoin_listener = ContextInternals::add_rejoin_listener(
+      c, [impl = impl_.get()] { impl->let_go(); }, [impl = impl_.get()] { impl->reconnect(); });
 }
 
-ShardedCore::~ShardedCore() = default;
+ShardedCore::~ShardedCore() {
+  if (impl_->rejoin_listener >= 0) ContextInternals::remove_rejoin_listener(*impl_->ctx, impl_->rejoin_listener);
+}
 
 ShardedCore::Impl::~Impl() {
   queue.reset();  // finishes what is in flight before the tensors it uses go
@@ -188,6 +191,7 @@ void ShardedCore::Impl::broadcast_buffers() {
 void ShardedCore::before_forward() {
   Impl& m = *impl_;
   std::lock_guard<std::recursive_mutex> lock(m.mu);
+  m.require_state();
   m.broadcast_buffers();
   // Levels 1, 2 (and level 3 with one unit): every unit whose shard changed since it was gathered.
   for (size_t u = 0; u < m.units.size(); ++u) m.request_gather(u);
@@ -215,6 +219,7 @@ void ShardedCore::after_forward() {
 torch::Tensor ShardedCore::forward_sequential(torch::Tensor x) {
   Impl& m = *impl_;
   std::lock_guard<std::recursive_mutex> lock(m.mu);
+  m.require_state();
   m.broadcast_buffers();
   auto* seq = dynamic_cast<torch::nn::SequentialImpl*>(m.module.get());
   COHORT_CHECK(seq != nullptr, "forward_sequential without a Sequential");

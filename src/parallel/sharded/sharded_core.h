@@ -1,6 +1,6 @@
 // ShardedCore: what ShardedBase (cohort/sharded_data_parallel.h) forwards to; the
 // module-type-independent part of ShardedDataParallel. Implemented in sharded_core.cpp,
-// sharded_state_io.cpp (its state in sharded_core_impl.h).
+// sharded_state_io.cpp, sharded_rejoin.cpp (its state in sharded_core_impl.h).
 #pragma once
 
 #include <torch/nn/module.h>

@@ -75,7 +75,22 @@ struct ShardedCore::Impl : std::enable_shared_from_this<Impl>, ShardedCheckpoint
   ShardedStats stats;
   StepMonitor* monitor = nullptr;  // the one current at construction (cohort/monitor.h)
 
+  // Survivors keep running (cohort/keep_running.h). What the constructor does with the other ranks
+  // — the same-model check and rank 0's values to all — is done again at a rejoin, meeting the
+  // replacement's constructor: with the signature kept from construction (the parameters are
+  // flattened since) and placeholders of the original shapes, whose received values are dropped.
+  // A lost rank's shard (and its optimizer state) exists only in its snapshots, so after a rejoin,
+  // and on a replacement, the state must be restored before the next forward.
+  std::string signature;
+  std::vector<torch::Tensor> placeholders;
+  bool needs_restore = false;
+  int64_t rejoin_listener = -1;
+
   ~Impl() override;
+  void connect(const std::vector<torch::Tensor>& values, bool write_back);
+  void let_go();     // before a rejoin: the old groups' collectives end, their users go
+  void reconnect();  // after it
+  void require_state() const;
   void attach_hooks();
   void broadcast_buffers();
   // Gathers (caller's thread submits; the CommQueue runs them).

@@ -137,4 +137,87 @@ TEST(ShardedCheckpointMismatch, UnshardedCheckpointIntoShardedModelIsAClearError
   std::filesystem::remove_all(dir);
 }
 
+// Survivors keep running (cohort/keep_running.h): at a rejoin every ShardedDataParallel repeats its
+// constructor's collectives on the new groups, and since a lost rank's shard exists only in its
+// snapshots, it trains on only once restored. Here every rank rejoins (threads: no rank is lost):
+// the forward before the restore is a clear error, and three steps with a rejoin after the third
+// (and a fourth interrupted after its backward) and the third taken again from the checkpoint of
+// step 2 end bitwise where three steps end.
+TEST(ShardedRejoin, SurvivorsTrainOnOnlyFromTheRestoredStateAndEndBitwiseTheSame) {
+  const std::string dir = fresh_dir("rejoin");
+  const int64_t B = 3;
+  const auto batches = make_batches(3, B * 2, 4);
+  const auto init = mlp_init(5);
+  for (auto level : {ShardingLevel::gradients, ShardingLevel::parameters}) {
+    SCOPED_TRACE("level " + std::to_string(static_cast<int>(level)));
+    std::filesystem::remove_all(dir);
+    std::mutex mu;
+    std::map<bool, Saved> ends;  // by whether the run rejoined
+    for (bool rejoin : {false, true}) {
+      run_ranks(2, [&](std::shared_ptr<cohort::Context> ctx) {
+        const int r = ctx->rank();
+        cohort::ShardedOptions options;
+        options.level = level;
+        auto model = cohort::ShardedDataParallel(make_mlp(init), ctx, options);
+        auto optimizer = make_optimizer(Opt::adam, model->parameters());
+        cohort::Checkpointer checkpoints(dir + (rejoin ? "/rejoined" : "/straight"), ctx, {.async = false});
+        const auto step = [&](const Batch& b) {
+          optimizer->zero_grad();
+          torch::nll_loss(model->forward(b.x.narrow(0, r * B, B)), b.y.narrow(0, r * B, B)).backward();
+          optimizer->step();
+        };
+        const cohort::TrainingState state{&*model, optimizer.get(), nullptr};
+        step(batches[0]);
+        step(batches[1]);
+        checkpoints.set_step(2);
+        checkpoints.save(state);
+        step(batches[2]);
+        if (rejoin) {
+          {  // a step interrupted after its backward: gradients left on the parameters (no_sync keeps them)
+            auto local = model->no_sync();
+            torch::nll_loss(model->forward(batches[0].x.narrow(0, r * B, B)), batches[0].y.narrow(0, r * B, B)).backward();
+          }
+          ctx->rejoin(1);
+          try {
+            model->forward(batches[0].x.narrow(0, r * B, B));
+            ADD_FAILURE() << "rank " << r << ": a forward before the restore after a rejoin";
+          } catch (const cohort::ConfigError& e) {
+            EXPECT_NE(std::string(e.what()).find("restore them"), std::string::npos) << e.what();
+          }
+          auto info = checkpoints.restore_latest(state);
+          ASSERT_TRUE(info.has_value());
+          EXPECT_EQ(info->step, 2);
+          step(batches[2]);
+        }
+        auto full = model->full_state(optimizer.get());
+        std::lock_guard<std::mutex> lock(mu);
+        if (r == 0) ends[rejoin] = {to_map(full.model), to_map(full.optimizer)};
+      });
+    }
+    expect_bitwise_equal(ends[true].model, ends[false].model);
+    expect_bitwise_equal(ends[true].optimizer, ends[false].optimizer);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// A replacement (a process that joins a running job, generation > 0) holds rank 0's broadcast, not
+// its shard: its forward before a restore is the same clear error, and after one it trains.
+TEST(ShardedRejoin, AReplacementTrainsOnlyAfterARestore) {
+  const std::string dir = fresh_dir("replacement");
+  train_and_save(dir, 2, ShardingLevel::parameters, Opt::adam);
+  RankOptions joining;
+  joining.generation = 1;
+  const auto init = mlp_init(7);
+  run_ranks(2, [&](std::shared_ptr<cohort::Context> ctx) {
+    auto model = cohort::ShardedDataParallel(make_mlp(init), ctx);
+    auto optimizer = make_optimizer(Opt::adam, model->parameters());
+    EXPECT_THROW(model->forward(torch::ones({2, 8})), cohort::ConfigError);
+    cohort::Checkpointer checkpoints(dir, ctx, {.async = false});
+    ASSERT_TRUE(checkpoints.restore_latest(cohort::TrainingState{&*model, optimizer.get(), nullptr}).has_value());
+    optimizer->zero_grad();
+    EXPECT_NO_THROW(torch::nll_loss(model->forward(torch::ones({2, 8})), torch::tensor({1, 2})).backward());
+  }, joining);
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
