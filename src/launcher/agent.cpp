@@ -269,6 +269,11 @@ int run_rounds(RunOptions& o, RendezvousResult& rdzv, SignalPipe& signals, JobMo
       }
       if (!grant) break;
       restarts = grant->restarts;
+      // A hang: the survivors' flight records (what they wait in) before the hung worker goes.
+      if (const int sig = dump_flight_records_in_place(outcome, group, watch, round, grant->generation, signals)) {
+        outcome = {Outcome::interrupted, "", sig, std::nullopt, std::nullopt};
+        break;
+      }
       const auto repair = replace_worker(o, outcome, *lost, *grant, group, watch, standby, worker_env, signals);
       if (!repair) break;
       monitor.round_failed(outcome);

@@ -95,6 +95,17 @@ void expect_survivors_keep_running(int sig, int faults, const std::string& launc
     EXPECT_TRUE(contains(line, "\"source\":\"snapshot\"")) << line;
   }
   EXPECT_EQ(recovered, static_cast<size_t>(faults));
+  if (sig == SIGSTOP) {  // each hang: the survivor's flight record, written before the repair
+    for (int g = 1; g <= faults; ++g) {
+      std::smatch m;
+      const std::regex line("flight records of round 0 before generation " + std::to_string(g) + ": (/[^ ,;\n]+-gen" +
+                            std::to_string(g) + "-rank[0-9]+\\.json)\n");
+      ASSERT_TRUE(std::regex_search(output, m, line)) << output;
+      const std::string records = read_all(m[1].str());
+      EXPECT_EQ(count(records, "\"format\": \"cohort-flight-record\""), 1u) << "generation " << g << ":\n" << output;
+      EXPECT_TRUE(contains(records, "made no progress")) << records;
+    }
+  }
   EXPECT_EQ(sorted_states(output), expected) << "parameters or momentum differ from the uninterrupted run:\n" << output;
   fs::remove_all(dir);
 }

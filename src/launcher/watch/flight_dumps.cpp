@@ -65,18 +65,24 @@ int wait_for_records(std::vector<Target>& targets, bool phase, WorkerGroup& work
 
 }  // namespace
 
-std::string flight_record_path(const std::string& dir, int round, int rank) {
-  return dir + "/flight-round" + std::to_string(round) + "-rank" + std::to_string(rank) + ".json";
+std::string flight_record_path(const std::string& dir, int round, int rank, int generation) {
+  const std::string gen = generation > 0 ? "-gen" + std::to_string(generation) : "";
+  return dir + "/flight-round" + std::to_string(round) + gen + "-rank" + std::to_string(rank) + ".json";
 }
 
 std::string flight_record_pattern(const std::string& dir, int round) {
   return dir + "/flight-round" + std::to_string(round) + "-rank<R>.json";
 }
 
-int dump_flight_records(const Outcome& outcome, WorkerGroup& workers, const Watch& watch, int round,
-                        double stop_grace_s, SignalPipe& signals) {
+namespace {
+
+// Both cases below: `generation` > 0 is a repair in place, which stops no worker and so asks only
+// those that are not stopped.
+int collect_records(const Outcome& outcome, WorkerGroup& workers, const Watch& watch, int round, int generation,
+                    double stop_grace_s, SignalPipe& signals) {
   const bool worker_failure = outcome.kind == Outcome::worker_failed || outcome.kind == Outcome::peer_failed;
   if (!worker_failure || !outcome.failure || !is_hang(outcome.failure->how) || !watch.link) return 0;
+  const bool in_place = generation > 0;
   WorkerLink& link = *watch.link;
   link.receive();  // addresses of workers whose first heartbeat came in just now
   const std::string reason = describe_failure(*outcome.failure);
@@ -86,7 +92,8 @@ int dump_flight_records(const Outcome& outcome, WorkerGroup& workers, const Watc
   for (size_t i = 0; i < workers.workers().size(); ++i) {
     const Worker& w = workers.workers()[i];
     if (w.exited || !link.knows(w.pid)) continue;
-    Target t{i, flight_record_path(watch.dump_dir, round, w.place.job.rank), is_stopped(w.pid)};
+    Target t{i, flight_record_path(watch.dump_dir, round, w.place.job.rank, generation), is_stopped(w.pid)};
+    if (in_place && t.stopped) continue;  // it is replaced, not continued
     ::unlink(t.path.c_str());  // a record of an earlier run in the same --log-dir must not count
     link.request(w.pid, nlohmann::json{{"type", "dump"}, {"path", t.path}, {"reason", reason}}.dump());
     targets.push_back(t);
@@ -122,11 +129,24 @@ int dump_flight_records(const Outcome& outcome, WorkerGroup& workers, const Watc
       missing += (missing.empty() ? "rank " : ", rank ") + std::to_string(rank);
     }
   }
-  std::string note = "cohort run: flight records of round " + std::to_string(round) + ": " +
+  std::string note = "cohort run: flight records of round " + std::to_string(round) +
+                     (in_place ? " before generation " + std::to_string(generation) : "") + ": " +
                      (written.empty() ? "none" : written);
   if (!missing.empty()) note += "; none from " + missing;
   std::cerr << note << "\n" << std::flush;
   return interrupt;
+}
+
+}  // namespace
+
+int dump_flight_records(const Outcome& outcome, WorkerGroup& workers, const Watch& watch, int round,
+                        double stop_grace_s, SignalPipe& signals) {
+  return collect_records(outcome, workers, watch, round, 0, stop_grace_s, signals);
+}
+
+int dump_flight_records_in_place(const Outcome& outcome, WorkerGroup& workers, const Watch& watch, int round,
+                                 int generation, SignalPipe& signals) {
+  return collect_records(outcome, workers, watch, round, generation, 0, signals);
 }
 
 }  // namespace cohort::launcher

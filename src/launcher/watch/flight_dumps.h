@@ -12,6 +12,10 @@
 //      stopped ones cannot complete a collective any more;
 //   4. continue the stopped workers (SIGCONT) and wait, at most 3 s, for their records.
 // The agent then stops what is left as usual. A line on stderr lists the records written.
+// A hang that `--keep-survivors` repairs in place (recovery/repair.h) stops no survivor: only the
+// workers that are not stopped — the survivors, and a hung worker still running (deadlocked) —
+// are asked, step 2 alone, to DIR/flight-round<N>-gen<G>-rank<R>.json (G: the generation the
+// repair begins), before the hung worker is replaced.
 #pragma once
 
 #include <string>
@@ -24,8 +28,8 @@ class WorkerGroup;
 class SignalPipe;
 struct Watch;
 
-/// DIR/flight-round<N>-rank<R>.json
-std::string flight_record_path(const std::string& dir, int round, int rank);
+/// DIR/flight-round<N>-rank<R>.json; with a generation above 0, DIR/flight-round<N>-gen<G>-rank<R>.json.
+std::string flight_record_path(const std::string& dir, int round, int rank, int generation = 0);
 /// "DIR/flight-round<N>-rank<R>.json" with "<R>" as is, for summaries.
 std::string flight_record_pattern(const std::string& dir, int round);
 
@@ -33,5 +37,9 @@ std::string flight_record_pattern(const std::string& dir, int round);
 /// SIGINT/SIGTERM/SIGHUP seen meanwhile (0: none): an interrupt still prevents the restart.
 int dump_flight_records(const Outcome& outcome, WorkerGroup& workers, const Watch& watch, int round,
                         double stop_grace_s, SignalPipe& signals);
+
+/// The same for a hang repaired in place, before generation `generation` begins (above).
+int dump_flight_records_in_place(const Outcome& outcome, WorkerGroup& workers, const Watch& watch, int round,
+                                 int generation, SignalPipe& signals);
 
 }  // namespace cohort::launcher
