@@ -119,6 +119,24 @@ inline double measured_gemm_flops(cohort::Context& ctx) {
   return best;
 }
 
+/// The job's MFU yardstick on CPU (the sum of measured_gemm_flops over the ranks), measured once
+/// and kept in the checkpoints and snapshots: a restart, or the replacement of a lost peer under
+/// `cohort run --keep-survivors`, goes on with it instead of half a second of GEMMs on the
+/// recovery's path. Whether to measure is agreed (one small allreduce), so that ranks whose
+/// states differ (no checkpoint to restore, a replacement) still meet in the same collectives.
+class PeakFlops : public cohort::Stateful {
+ public:
+  double get(cohort::Context& ctx) {
+    if (sum_over_ranks(ctx, {flops_ > 0 ? 0.0 : 1.0})[0] > 0) flops_ = sum_over_ranks(ctx, {measured_gemm_flops(ctx)})[0];
+    return flops_;
+  }
+  std::string state_dict() const override { return nlohmann::json{{"flops", flops_}}.dump(); }
+  void load_state_dict(const std::string& state) override { flops_ = nlohmann::json::parse(state).at("flops").get<double>(); }
+
+ private:
+  double flops_ = 0;  // 0: not measured
+};
+
 /// Mean next-token loss over the first `windows` validation windows (rounded down to a multiple
 /// of the world size), each rank taking every world-th: the same number of forwards on every rank.
 template <typename M>
@@ -186,7 +204,10 @@ nlohmann::json train(M& model, std::shared_ptr<cohort::Context> ctx, const Corpu
   const MatrixDecay decay = matrix_decay(model);
   CosineSchedule schedule(o.lr, o.min_lr, o.warmup, o.steps);
   std::unique_ptr<cohort::Checkpointer> checkpoints;
-  const auto state = [&] { return cohort::TrainingState{&*model, &optimizer, &sampler, {{"schedule", &schedule}}}; };
+  PeakFlops cpu_peak;
+  const auto state = [&] {
+    return cohort::TrainingState{&*model, &optimizer, &sampler, {{"schedule", &schedule}, {"mfu_peak", &cpu_peak}}};
+  };
   if (!o.ckpt_dir.empty()) {
     checkpoints = std::make_unique<cohort::Checkpointer>(
         o.ckpt_dir, ctx,
@@ -203,7 +224,7 @@ nlohmann::json train(M& model, std::shared_ptr<cohort::Context> ctx, const Corpu
     }
     const double peak = o.peak_tflops > 0 ? o.peak_tflops * 1e12 * c.world_size()
                         : device.is_cuda() ? 989e12 * c.world_size()
-                                           : sum_over_ranks(c, {measured_gemm_flops(c)})[0];
+                                           : cpu_peak.get(c);
     const double tokens_per_step = static_cast<double>(o.batch) * o.accum * c.world_size() * cfg.seq_len;
 
     using clock = std::chrono::steady_clock;

@@ -109,6 +109,13 @@ class Checkpointer::Impl {
   std::string manifest_key(const SaveJob& job) const { return key(job, 0) + "/manifest"; }
   void publish_manifest(const SaveJob& job, const std::string& text);
   void adopt_manifest(const SaveJob& job, const std::string& path);
+  // At most one step lost (snapshots): a rank goes past step N only once the snapshot of the step
+  // before is committed, else a peer killed between the step's last collective and rank 0's commit
+  // would leave the survivors a step further ahead than the newest snapshot. Rank 0's writer marks
+  // each snapshot done (committed or failed) in the store; the other ranks wait for the previous
+  // one's mark before they start a snapshot (rank 0's writer join already waits).
+  void mark_snapshot_done(const SaveJob& job);
+  void wait_previous_snapshot(const SaveJob& job);
 
   // --- in-memory snapshots (checkpointer_snapshots.cpp, snapshots.h) -----------------------------
   // The inner Checkpointer for the job's snapshot directory, when snapshots are asked for and every

@@ -140,6 +140,7 @@ std::vector<ckpt::ManifestFile> Checkpointer::Impl::write_files(const SaveJob& j
 }
 
 void Checkpointer::Impl::start(SaveJob job) {
+  wait_previous_snapshot(job);
   if (!writes_files(job) && rank_ != 0) {
     // Nothing to write here (a replicated model on a rank other than its writer): the rank's part
     // is its RNG state, reported now. A thread per save only to set one key cost a snapshot every
@@ -160,6 +161,7 @@ void Checkpointer::Impl::start(SaveJob job) {
       std::lock_guard<std::mutex> lock(mutex_);
       pending_error_ = e.what();
     }
+    mark_snapshot_done(job);
     finished_ = true;
   });
 }

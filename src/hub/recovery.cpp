@@ -20,7 +20,10 @@ void Hub::State::recovery_event(const json& line) {
     if (!recovering)  // a round's first failure is its cause; the others follow from it
       recovering = Recovery{text_at(line, "reason", text_at(line, "message")), number_at(line, "t").value_or(0)};
   } else if (kind == "round_started" || kind == "replaced") {  // a new round, or one worker replaced in it
-    if (recovering) recovering->restarted = true;
+    if (recovering) {
+      recovering->restarted = true;
+      recovering->in_place = kind == "replaced";
+    }
   } else if (kind == "checkpoint_restored") {
     if (recovering && recovering->restarted) recovering->restored = line;
   } else if (kind == "finished") {
@@ -33,6 +36,7 @@ void Hub::State::recovery_event(const json& line) {
 
 void Hub::State::recovery_progress(int64_t step, double t) {
   if (!recovering || !recovering->restarted) return;
+  if (recovering->in_place && !recovering->restored.is_object()) return;  // a survivor's step from before
   const Recovery r = std::move(*recovering);
   recovering.reset();
   if (replaying) return;

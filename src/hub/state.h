@@ -115,6 +115,9 @@ struct Hub::State {
     std::string cause;        // the failure event's reason
     double failed_at = 0;     // its time
     bool restarted = false;   // a round began since
+    // One worker replaced in a running round (--keep-survivors): a survivor may still report steps
+    // it took before it noticed, so only steps after the restore count as the recovery's first.
+    bool in_place = false;
     json restored = nullptr;  // the checkpoint_restored event of that round, if any
   };
   std::optional<Recovery> recovering;

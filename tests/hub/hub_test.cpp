@@ -265,6 +265,34 @@ TEST(HubState, ARecoveryIsOneEventWithCauseSourceStepsLostAndTime) {
   EXPECT_EQ(both[1]["steps_lost"], 11);
 }
 
+// A worker replaced in place (--keep-survivors): the survivor may report a step it took before it
+// noticed the failure; the recovery ends only at the first step after the restore.
+TEST(HubState, AnInPlaceRepairEndsAtTheFirstStepAfterTheRestore) {
+  Hub hub({});
+  hub.job_event("start", "cohort run started", {{"nproc", 2}, {"nnodes", 1}});
+  hub.round_started(0, 2, 0);
+  feed_two_ranks(hub, 0, 10);  // steps 0..9
+  hub.job_event("failure", "rank 0 was killed", {{"rank", 0}, {"node", 0}, {"reason", "was killed by signal 9"}});
+  const double failed_at = events_of(hub.snapshot(), "failure").at(0)["t"].get<double>();
+  hub.job_event("replaced", "a warm spare replaces it", {{"rank", 0}, {"generation", 1}, {"restarts", 1}});
+  json late = metrics(1, 10, 1.0, 0.01, "", 0, 0);  // the survivor's step from before it noticed
+  late["t"] = failed_at + 0.01;
+  hub.worker_message(late, 0);
+  EXPECT_TRUE(events_of(hub.snapshot(), "recovered").empty()) << "a survivor's step from before the restore";
+  hub.worker_message({{"type", "event"}, {"pid", 1}, {"rank", 0}, {"kind", "checkpoint_restored"}, {"step", 9},
+                      {"message", "restored"}, {"t", failed_at + 0.1},
+                      {"fields", {{"path", "/dev/shm/x/step-00000009"}, {"source", "snapshot"}, {"seconds", 0.004}}}},
+                     0);
+  json first = metrics(0, 10, 1.0, 0.01, "", 0, 0);
+  first["t"] = failed_at + 0.15;
+  hub.worker_message(first, 0);
+  const auto recovered = events_of(hub.snapshot(), "recovered");
+  ASSERT_EQ(recovered.size(), 1u);
+  EXPECT_EQ(recovered[0]["source"], "snapshot");
+  EXPECT_EQ(recovered[0]["steps_lost"], 1) << "step 10 was reached before the restore";
+  EXPECT_NEAR(recovered[0]["seconds"].get<double>(), 0.15, 1e-6);
+}
+
 TEST(HubState, SnapshotCarriesWhatThePageDraws) {
   HubOptions o;
   o.job_name = "mnist";

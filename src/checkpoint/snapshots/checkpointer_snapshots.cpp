@@ -90,6 +90,8 @@ void Checkpointer::Impl::maybe_snapshot(const TrainingState& state) {
   snapshots_->metadata_ = owner_.metadata_;
   try {
     snapshots_->save_async(state);
+  } catch (const CommError&) {
+    throw;  // the job re-forms around a replaced peer (wait_previous_snapshot): this step does not count
   } catch (const std::exception& e) {
     detail::log_warn(std::string("in-memory snapshot failed (training continues): ") + e.what());
   }
