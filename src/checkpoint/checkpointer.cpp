@@ -34,7 +34,6 @@
 #include "checkpoint/agreement.h"
 #include "checkpoint/checkpointer_impl.h"
 #include "cohort/error.h"
-#include "runtime/agent_link/agent_link.h"
 #include "runtime/context_internals.h"
 #include "runtime/log.h"
 
@@ -129,8 +128,7 @@ bool Checkpointer::maybe_save(const TrainingState& state) {
   // The agent asked this process to rejoin (keep_running.h): a peer was replaced that this rank has
   // not met in a collective yet (local SGD trains on between synchronisations). Stop before this
   // step counts, rather than at the next collective, so that it goes back as few steps as the others.
-  if (const int asked = detail::newest_rejoin_generation(); asked > ctx_->generation())
-    throw CommError(ctx_->rank(), "the job re-forms around a replaced peer (generation " + std::to_string(asked) + ")");
+  impl_->stop_if_job_reforms(ctx_->generation());
   ++step_;
   const std::string earlier = impl_->reap_if_finished();
   if (!earlier.empty()) {

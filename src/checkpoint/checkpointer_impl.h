@@ -83,7 +83,12 @@ class Checkpointer::Impl {
   std::string reap_if_finished() { return writer_.joinable() && finished_ ? join() : std::string(); }
 
   // --- commit (save_commit.cpp): every rank's part through the store, rank 0's manifest ----------
-  std::string key(const SaveJob& job, int rank) const;
+  std::string key(const SaveJob& job, int rank) const { return key(job.generation, job.index, rank); }
+  std::string key(int generation, int64_t index, int rank) const;
+  // Throws CommError when the agent asked this process to rejoin a generation after `generation`
+  // (keep_running.h): the step being saved does not count, so this rank goes back as few steps as
+  // the others.
+  void stop_if_job_reforms(int generation) const;
   void report(const SaveJob& job, const nlohmann::json& part);
   void commit(const SaveJob& job, const std::string& path, std::vector<ckpt::ManifestFile> files);
   // Every rank's part, in rank order. A part that fails authentication (commit_parts.h) was written
@@ -114,6 +119,7 @@ class Checkpointer::Impl {
   // would leave the survivors a step further ahead than the newest snapshot. Rank 0's writer marks
   // each snapshot done (committed or failed) in the store; the other ranks wait for the previous
   // one's mark before they start a snapshot (rank 0's writer join already waits).
+  std::string done_key(int generation, int64_t index) const { return key(generation, index, 0) + "/done"; }
   void mark_snapshot_done(const SaveJob& job);
   void wait_previous_snapshot(const SaveJob& job);
 

@@ -98,13 +98,9 @@ void Checkpointer::Impl::adopt_manifest(const SaveJob& job, const std::string& p
 void Checkpointer::Impl::mark_snapshot_done(const SaveJob& job) {
   if (!is_snapshots_ || rank_ != 0 || ctx_.world_size() == 1) return;
   try {
-    store()->set(key(job, 0) + "/done", std::vector<uint8_t>{1});
+    store()->set(done_key(job.generation, job.index), std::vector<uint8_t>{1});
     // Every rank has stopped waiting for the previous mark: it reported its part of this one after.
-    if (job.index > 0) {
-      SaveJob previous = job;
-      previous.index = job.index - 1;
-      store()->deleteKey(key(previous, 0) + "/done");
-    }
+    if (job.index > 0) store()->deleteKey(done_key(job.generation, job.index - 1));
   } catch (const std::exception& e) {
     detail::log_warn(std::string("snapshot of step ") + std::to_string(job.step) + ": could not mark it done: " + e.what());
   }
@@ -112,23 +108,24 @@ void Checkpointer::Impl::mark_snapshot_done(const SaveJob& job) {
 
 void Checkpointer::Impl::wait_previous_snapshot(const SaveJob& job) {
   if (!is_snapshots_ || rank_ == 0 || ctx_.world_size() == 1 || job.index == 0) return;
-  SaveJob previous = job;
-  previous.index = job.index - 1;
   try {
-    wait_for_keys(*store(), {key(previous, 0) + "/done"}, owner_.options_.commit_timeout, abandon_, job.generation);
+    wait_for_keys(*store(), {done_key(job.generation, job.index - 1)}, owner_.options_.commit_timeout, abandon_,
+                  job.generation);
   } catch (const std::exception&) {
-    // The agent's word that the job re-forms (rank 0 was replaced): stop before this step counts,
-    // as maybe_save() does when the word came earlier.
-    if (const int asked = detail::newest_rejoin_generation(); asked > job.generation)
-      throw CommError(rank_, "the job re-forms around a replaced peer (generation " + std::to_string(asked) + ")");
+    stop_if_job_reforms(job.generation);  // rank 0 was replaced: as maybe_save() when the word came earlier
     // rank 0 stalled: this snapshot goes on; its commit reports it
     detail::log_warn("snapshot of step " + std::to_string(job.step) + ": rank 0 did not finish the previous one");
   }
 }
 
-std::string Checkpointer::Impl::key(const SaveJob& job, int rank) const {
-  const std::string generation = job.generation > 0 ? "gen" + std::to_string(job.generation) + "/" : "";
-  return "cohort/ckpt/" + generation + std::to_string(sequence_) + "/" + std::to_string(job.index) + "/" +
+void Checkpointer::Impl::stop_if_job_reforms(int generation) const {
+  if (const int asked = detail::newest_rejoin_generation(); asked > generation)
+    throw CommError(rank_, "the job re-forms around a replaced peer (generation " + std::to_string(asked) + ")");
+}
+
+std::string Checkpointer::Impl::key(int generation, int64_t index, int rank) const {
+  const std::string gen = generation > 0 ? "gen" + std::to_string(generation) + "/" : "";
+  return "cohort/ckpt/" + gen + std::to_string(sequence_) + "/" + std::to_string(index) + "/" +
          std::to_string(rank);
 }
 
