@@ -8,6 +8,7 @@
 
 #include <sys/types.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,8 +20,10 @@ struct SpawnedProcess {
   int stderr_fd = -1;
 };
 
-/// Forks and execs argv[0] (a path) with exactly `env` as its environment.
+/// Forks and execs argv[0] (a path) with exactly `env` as its environment, at nice value `nice`
+/// where given (a warm spare's: standby.h), else the launcher's.
 /// Throws cohort::ConfigError when the program cannot be executed.
-SpawnedProcess spawn_worker(const std::vector<std::string>& argv, const std::vector<std::string>& env);
+SpawnedProcess spawn_worker(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                            std::optional<int> nice = std::nullopt);
 
 }  // namespace cohort::launcher
