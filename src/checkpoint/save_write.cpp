@@ -1,6 +1,5 @@
 // Step 2 of a save (checkpointer.cpp): the files, written by the background writer (async saves)
 // or the caller, then the report and commit (save_commit.cpp).
-#include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,7 +14,6 @@
 #include "checkpoint/format/rank_state_file.h"
 #include "checkpoint/format/tensor_file.h"
 #include "cohort/error.h"
-#include "runtime/host/cpu_priority.h"
 
 namespace cohort {
 namespace {
@@ -157,12 +155,6 @@ void Checkpointer::Impl::start(SaveJob job) {
   }
   finished_ = false;
   writer_ = std::thread([this, job = std::move(job)] {
-    // A snapshot every step must not take a training core's time (runtime/host/cpu_priority.h);
-    // checkpoints on disk are rare and keep the priority of the thread that asked for them.
-    if (is_snapshots_) {
-      detail::lower_this_thread_priority();
-      pthread_setname_np(pthread_self(), "cohort-snapshot");  // for top -H, and the tests
-    }
     try {
       write_and_commit(job);
     } catch (const std::exception& e) {

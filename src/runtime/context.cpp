@@ -39,7 +39,6 @@
 #include "context_internals.h"
 #include "runtime/agent_link/agent_link.h"
 #include "runtime/host/blas_core.h"
-#include "runtime/host/cpu_priority.h"
 #include "runtime/agent_link/flight_recorder.h"
 #include "worker_identity.h"
 
@@ -100,17 +99,6 @@ void wait_if_standby(JobEnv& env) {
   // A spare that replaces one worker of a running round (--keep-survivors) learns its generation here.
   const int generation = link->wait_until_released();
   if (generation >= 0) env.generation = generation;
-  // It loaded at the lowest priority (launcher/workers/standby.h); it trains at the agent's.
-  if (auto nice = process_env("COHORT_STANDBY_NICE")) {
-    std::string problem = "not a nice value";
-    try {
-      problem = detail::set_process_nice(std::stoi(*nice));
-    } catch (const std::exception&) {
-    }
-    if (!problem.empty())
-      detail::log_warn("rank " + std::to_string(env.rank) + ": a released warm spare stays at low priority (COHORT_STANDBY_NICE='" +
-                       *nice + "'): " + problem);
-  }
 }
 
 // The libtorch this program was compiled against: ranks built against different ones would meet

@@ -8,7 +8,6 @@
 #include <map>
 #include <thread>
 
-#include "runtime/host/cpu_priority.h"
 #include "support/recovery_jobs.h"
 
 namespace fs = std::filesystem;
@@ -52,11 +51,6 @@ void expect_survivors_keep_running(int sig, int faults, const std::string& launc
   std::mt19937 rng(20261205);
   std::uniform_int_distribution<int> after_ms(200, 1000);
   std::vector<pid_t> survivors;
-  // Spares load at the lowest priority where they can come back (runtime/host/cpu_priority.h);
-  // every thread that trains runs at the job's, and a snapshot's writer at the lowest.
-  const int own_nice = cohort::detail::this_thread_nice();
-  const bool spares_low = own_nice < cohort::detail::kBackgroundNice && cohort::detail::can_return_to_nice(own_nice);
-  int low_spares_seen = 0;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(4);
   for (int fault = 0; fault < faults && job.running() && std::chrono::steady_clock::now() < deadline;) {
     // The job trains again after the last fault (rank 0 printed one more first step).
@@ -67,16 +61,6 @@ void expect_survivors_keep_running(int sig, int faults, const std::string& launc
     std::this_thread::sleep_for(std::chrono::milliseconds(after_ms(rng)));
     const std::vector<pid_t> training = training_workers(ckpt);
     if (training.size() != 2 || !job.running()) continue;
-    for (pid_t p : training) {
-      for (const auto& [tid, t] : thread_nices(p))
-        EXPECT_EQ(t.nice, t.name == "cohort-snapshot" ? cohort::detail::kBackgroundNice : own_nice)
-            << "thread " << tid << " (" << t.name << ") of worker " << p << " before fault " << fault;
-    }
-    for (pid_t p : worker_pids(ckpt)) {  // a spare released just now may be at the job's already
-      const auto threads = thread_nices(p);
-      if (std::find(training.begin(), training.end(), p) == training.end() && threads.count(p))
-        low_spares_seen += threads.at(p).nice == cohort::detail::kBackgroundNice;
-    }
     // The survivor of the last fault trains on as the same process.
     if (!survivors.empty())
       EXPECT_NE(std::find(training.begin(), training.end(), survivors.back()), training.end())
@@ -100,7 +84,6 @@ void expect_survivors_keep_running(int sig, int faults, const std::string& launc
   EXPECT_EQ(count(output, "while the other ranks keep running"), static_cast<size_t>(faults)) << output;
   EXPECT_FALSE(contains(output, "restarting the job")) << "a full restart happened:\n" << output;
   EXPECT_EQ(count(output, "a collective failed"), static_cast<size_t>(faults)) << output;
-  if (spares_low) EXPECT_GT(low_spares_seen, 0) << "no warm spare was seen loading or waiting at nice 19";
   const auto events = read_all((dir / "run" / "events.jsonl").string());
   const auto lost = steps_lost_per_restore((dir / "run" / "events.jsonl").string());
   ASSERT_EQ(lost.size(), static_cast<size_t>(faults)) << events;
@@ -276,88 +259,6 @@ TEST_P(ShardedSurvivors, KeepRunningWithTheUninterruptedRunsParameters) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Levels, ShardedSurvivors, ::testing::Values("zero2", "zero3"));
-
-// Whether a worker waits in init(): it has connected to its agent (a socket), which a spare does
-// only once libtorch and its data are loaded (wait_if_standby).
-bool has_socket(pid_t pid) {
-  std::error_code ec;
-  for (const auto& fd : fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
-    const auto target = fs::read_symlink(fd.path(), ec);
-    if (!ec && target.string().rfind("socket:", 0) == 0) return true;
-  }
-  return false;
-}
-
-// Every thread of `pid` at `nice`, but a snapshot's writer (and what it started) at the lowest.
-void expect_trains_at(pid_t pid, int nice, const std::string& what) {
-  const auto threads = thread_nices(pid);
-  EXPECT_FALSE(threads.empty()) << what << " " << pid << " is gone";
-  for (const auto& [tid, t] : threads)
-    EXPECT_EQ(t.nice, t.name == "cohort-snapshot" ? cohort::detail::kBackgroundNice : nice)
-        << "thread " << tid << " (" << t.name << ") of " << what << " " << pid;
-}
-
-// Warm spares load at the lowest priority (runtime/host/cpu_priority.h) where they can come back,
-// and a released one trains at the job's priority, every thread of it: one kill, once both spares
-// wait in init().
-TEST(Recovery, AWarmSpareLoadsAtTheLowestPriorityAndTrainsAtTheJobs) {
-  if (!have_dataset()) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
-  const int own = cohort::detail::this_thread_nice();
-  const bool low = own < cohort::detail::kBackgroundNice && cohort::detail::can_return_to_nice(own);
-  const fs::path dir = fs::temp_directory_path() / ("cohort_spare_nice_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  const std::string ckpt = (dir / "ck").string();
-  Job job(kCohort + " run --nproc-per-node 2 --threads-per-proc 1 --max-restarts 2 --no-dashboard --keep-survivors "
-              "--warm-spares -- " + kExample + " --ckpt-dir " + ckpt + " --snapshot-every 1 --no-eval --threads 1 "
-              "--log-every 0 --max-steps 100000 --report-first-step",
-          (dir / "log").string());
-  ASSERT_GT(job.pid, 0);
-  // Both ranks train and both spares wait in init().
-  auto spares_of = [&](const std::vector<pid_t>& training) {
-    std::vector<pid_t> spares;
-    for (pid_t p : worker_pids(ckpt))
-      if (std::find(training.begin(), training.end(), p) == training.end()) spares.push_back(p);
-    return spares;
-  };
-  std::vector<pid_t> training, spares;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
-  while (job.running() && std::chrono::steady_clock::now() < deadline) {
-    training = training_workers(ckpt);
-    spares = spares_of(training);
-    if (training.size() == 2 && spares.size() == 2 && has_socket(spares[0]) && has_socket(spares[1])) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  ASSERT_EQ(spares.size(), 2u) << read_all(job.log);
-  std::this_thread::sleep_for(std::chrono::seconds(1));  // their heartbeats reach the agent
-  for (pid_t p : spares) EXPECT_EQ(thread_nices(p)[p].nice, low ? cohort::detail::kBackgroundNice : own) << "spare " << p;
-  for (pid_t p : training) expect_trains_at(p, own, "worker");
-
-  ::kill(training[0], SIGKILL);
-  std::vector<pid_t> now;
-  while (job.running() && std::chrono::steady_clock::now() < deadline) {
-    now = training_workers(ckpt);
-    if (now.size() == 2 && count(read_all(job.log), "first_step_unix_ns") >= 2) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  const std::string log = read_all(job.log);
-  ASSERT_EQ(now.size(), 2u) << log;
-  EXPECT_TRUE(contains(log, "a warm spare replaces it")) << log;
-  EXPECT_NE(std::find(now.begin(), now.end(), training[1]), now.end()) << "the survivor is gone:\n" << log;
-  const pid_t replacement = now[0] == training[1] ? now[1] : now[0];
-  EXPECT_NE(std::find(spares.begin(), spares.end(), replacement), spares.end()) << "not a spare: " << replacement;
-  expect_trains_at(replacement, own, "the released spare");
-
-  for (pid_t launcher : [&] {
-         std::vector<pid_t> v;
-         std::istringstream in(run_shell("pgrep -P " + std::to_string(job.pid)).output);
-         for (pid_t p; in >> p;) v.push_back(p);
-         return v;
-       }())
-    ::kill(launcher, SIGTERM);
-  job.wait();
-  fs::remove_all(dir);
-}
 
 TEST(Recovery, SurvivorsKeepRunningThroughHangsWithTheUninterruptedRunsResult) {
   if (!have_dataset()) GTEST_SKIP() << "dataset-fashion-mnist is not installed";

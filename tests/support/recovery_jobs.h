@@ -14,8 +14,6 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <iterator>
-#include <map>
 #include <random>
 #include <regex>
 #include <sstream>
@@ -158,28 +156,6 @@ inline std::string started_with(pid_t pid, const std::string& name) {
   for (std::string entry; std::getline(in, entry, '\0');)
     if (entry.rfind(name + "=", 0) == 0) return entry.substr(name.size() + 1);
   return "";
-}
-
-// A process's threads: their names and nice values (/proc/PID/task/TID/stat), by thread id.
-struct ThreadNice {
-  std::string name;
-  int nice = 0;
-};
-inline std::map<pid_t, ThreadNice> thread_nices(pid_t pid) {
-  std::map<pid_t, ThreadNice> out;
-  std::error_code ec;
-  for (const auto& task : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
-    const std::string stat = read_all((task.path() / "stat").string());
-    const size_t open = stat.find('('), close = stat.rfind(')');
-    if (open == std::string::npos || close == std::string::npos) continue;  // it ended meanwhile
-    std::istringstream rest(stat.substr(close + 2));
-    std::vector<std::string> fields{std::istream_iterator<std::string>(rest), std::istream_iterator<std::string>()};
-    if (fields.size() < 17) continue;
-    // Field 19 of stat(5) is the nice value; fields[0] is field 3 (the state).
-    out[static_cast<pid_t>(std::stol(task.path().filename().string()))] = {stat.substr(open + 1, close - open - 1),
-                                                                          std::stoi(fields[16])};
-  }
-  return out;
 }
 
 }  // namespace cohort::testing::recovery

@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>  // PR_SET_PDEATHSIG
-#include <sys/resource.h>  // setpriority
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,13 +23,11 @@ std::vector<char*> c_strings(const std::vector<std::string>& v) {
   return out;
 }
 
-[[noreturn]] void child(pid_t parent, char* const* argv, char* const* envp, int out_w, int err_w, int exec_err_w,
-                        const int* nice) {
+[[noreturn]] void child(pid_t parent, char* const* argv, char* const* envp, int out_w, int err_w, int exec_err_w) {
   // Only async-signal-safe calls from here on (the parent may have threads in the future).
   setpgid(0, 0);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(128 + SIGKILL);  // the launcher died before prctl took effect
-  if (nice != nullptr) setpriority(PRIO_PROCESS, 0, *nice);  // one thread here: the whole process's
   // Dispositions the launcher changed must not leak: ignored signals stay ignored across exec.
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
@@ -51,8 +48,7 @@ std::vector<char*> c_strings(const std::vector<std::string>& v) {
 
 }  // namespace
 
-SpawnedProcess spawn_worker(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                            std::optional<int> nice) {
+SpawnedProcess spawn_worker(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
   // Everything the child needs is prepared before fork: no allocation happens in the child.
   std::vector<char*> c_argv = c_strings(argv);
   std::vector<char*> c_env = c_strings(env);
@@ -67,7 +63,7 @@ SpawnedProcess spawn_worker(const std::vector<std::string>& argv, const std::vec
   sigfillset(&all);
   sigprocmask(SIG_SETMASK, &all, &previous);
   pid_t pid = fork();
-  if (pid == 0) child(parent, c_argv.data(), c_env.data(), out[1], err[1], exec_err[1], nice ? &*nice : nullptr);
+  if (pid == 0) child(parent, c_argv.data(), c_env.data(), out[1], err[1], exec_err[1]);
   int fork_errno = errno;
   sigprocmask(SIG_SETMASK, &previous, nullptr);
   if (pid < 0) {

@@ -8,7 +8,6 @@
 
 #include <sys/types.h>
 
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,10 +19,8 @@ struct SpawnedProcess {
   int stderr_fd = -1;
 };
 
-/// Forks and execs argv[0] (a path) with exactly `env` as its environment, at nice value `nice`
-/// where given (a warm spare's: standby.h), else the launcher's.
+/// Forks and execs argv[0] (a path) with exactly `env` as its environment.
 /// Throws cohort::ConfigError when the program cannot be executed.
-SpawnedProcess spawn_worker(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                            std::optional<int> nice = std::nullopt);
+SpawnedProcess spawn_worker(const std::vector<std::string>& argv, const std::vector<std::string>& env);
 
 }  // namespace cohort::launcher

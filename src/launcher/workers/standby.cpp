@@ -9,7 +9,6 @@
 #include <utility>
 
 #include "launcher/workers/worker_link.h"
-#include "runtime/host/cpu_priority.h"
 
 namespace cohort::launcher {
 
@@ -52,18 +51,10 @@ void StandbyWorkers::top_up(const std::vector<WorkerPlace>& places, const std::v
   const std::vector<std::string> base = current_environment();
   std::vector<std::string> extra = extra_env;
   extra.push_back("COHORT_STANDBY=1");
-  // Loading at the lowest priority where the spare can come back to the agent's when released
-  // (runtime/host/cpu_priority.h): init() sets it back from COHORT_STANDBY_NICE.
-  std::optional<int> nice;
-  const int own = detail::this_thread_nice();
-  if (own < detail::kBackgroundNice && detail::can_return_to_nice(own)) {
-    nice = detail::kBackgroundNice;
-    extra.push_back("COHORT_STANDBY_NICE=" + std::to_string(own));
-  }
   for (const WorkerPlace& place : places) {
     bool covered = false;
     for (const StandbyProcess& s : standby_) covered = covered || worker_variables(s.place) == worker_variables(place);
-    if (!covered) standby_.push_back({place, spawn_worker(command, worker_environment(base, place, extra), nice)});
+    if (!covered) standby_.push_back({place, spawn_worker(command, worker_environment(base, place, extra))});
   }
 }
 

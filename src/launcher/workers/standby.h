@@ -15,9 +15,6 @@
 // that does not call cohort::init() — it would run ahead instead of waiting — is never adopted
 // (a warning says so once such a spare exits on its own). Their output pipes are not read until they are adopted (the kernel buffers
 // what they print meanwhile). They die with the agent (PR_SET_PDEATHSIG, spawn.h).
-// They load at nice 19 (runtime/host/cpu_priority.h), in the gaps the training leaves on its cores,
-// where they can return to the agent's priority when released (CAP_SYS_NICE, or RLIMIT_NICE):
-// COHORT_STANDBY_NICE names it, and init() sets every thread of the released spare back to it.
 #pragma once
 
 #include <optional>
