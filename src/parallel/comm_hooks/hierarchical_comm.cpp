@@ -54,6 +54,8 @@ std::unique_ptr<HierarchicalComm> HierarchicalComm::create(Context& ctx, int64_t
   comm->cross_ = make_cpu_subgroup(ctx, prefix + "cross" + std::to_string(e.local_rank) + "/", e.node_rank,
                                    e.world_size / e.local_world_size);
   comm->flat_ = std::make_unique<GroupHookComm>(ctx.group(), detail::ContextInternals::shm_allreduce(ctx), e.rank, e.world_size);
+  comm->cross_compressed_ = std::make_unique<GroupHookComm>(comm->cross_, nullptr, e.rank, e.world_size / e.local_world_size,
+                                                            "ddp between nodes", e.node_rank);
   return comm;
 }
 
@@ -80,27 +82,36 @@ void HierarchicalComm::allreduce_sum(at::Tensor& t) {
 }
 
 void HierarchicalComm::allreduce_steps(at::Tensor& t) {
-  if (!ShmAllreduce::supports(t)) {
+  const bool compressed = t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16;
+  if (!ShmAllreduce::supports(t) && !(compressed && t.device().is_cpu())) {
     flat_->set_bucket(bucket_);
     flat_->allreduce_sum(t);
     bytes_.fetch_add(static_cast<int64_t>(t.nbytes()), std::memory_order_relaxed);
     return;
   }
   torch::NoGradGuard no_grad;
-  const PaddedFlat padded = PaddedFlat::of(t, local_world_);
+  at::Tensor sum = compressed ? t.to(at::kFloat) : t;  // a compressed bucket: float inside the node
+  const PaddedFlat padded = PaddedFlat::of(sum, local_world_);
   at::Tensor flat = padded.flat;
   at::Tensor part = flat.narrow(0, local_rank_ * padded.chunk, padded.chunk);
   node_->reduce_scatter_async(flat, part, 1.0, "ddp node reduce-scatter", bucket_, /*gradient=*/true)->wait();
-  {
+  if (compressed) {
+    at::Tensor wire = part.to(t.scalar_type());  // the node's sum, rounded once
+    cross_compressed_->set_bucket(bucket_);
+    cross_compressed_->allreduce_sum(wire);
+    part.copy_(wire);
+    bytes_.fetch_add(static_cast<int64_t>(wire.nbytes()), std::memory_order_relaxed);
+  } else {
     std::vector<at::Tensor> tensors{part};
     FlightScope entry(flight_op("allreduce", "ddp between nodes", bucket_, part, nullptr, /*gradient=*/true));
     auto work = cross_->allreduce(tensors);
     wait_for(work, rank_, "hierarchical allreduce between nodes");
     entry.done();
+    bytes_.fetch_add(static_cast<int64_t>(part.nbytes()), std::memory_order_relaxed);
   }
-  bytes_.fetch_add(static_cast<int64_t>(part.nbytes()), std::memory_order_relaxed);
   node_->allgather_async(flat, "ddp node allgather", bucket_)->wait();
-  padded.copy_back(t);
+  padded.copy_back(sum);
+  if (compressed) t.copy_(sum);  // exact: every value is the half or bfloat16 the link summed
 }
 
 }  // namespace cohort::detail

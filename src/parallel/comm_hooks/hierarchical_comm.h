@@ -9,8 +9,10 @@
 // Between nodes each node sends 2(N-1)/N of the tensor in all, where a flat ring over W = N·L
 // ranks sends 2(W-1)/W from each rank whose successor is on another node — and the flat ring
 // also waits, step by step, for its slowest link. Parts are copied, so every rank ends with
-// bitwise the same bytes. Float and double only (the shared-memory engine's types); other dtypes
-// (the fp16 and bf16 hooks) go through the flat path.
+// bitwise the same bytes. The shared-memory engine sums float and double; a half or bfloat16
+// tensor (the fp16 and bf16 hooks' buckets) is summed inside the node in float, where there is
+// no wire to save, and crosses the link in its own dtype: the compression applies where it pays,
+// and the node's sum is rounded once instead of at every addition. Other dtypes go flat.
 //
 // Needs node-major ranks (rank = node · L + local rank, as `cohort run` and torchrun assign
 // them), the same L on every node, and shared memory on every node; available() says why not.
@@ -47,6 +49,7 @@ class HierarchicalComm final : public ReducerComm {
   std::unique_ptr<ShmAllreduce> node_;           // this node's ranks
   c10::intrusive_ptr<Backend> cross_;            // the ranks of this local rank, one per node
   std::unique_ptr<GroupHookComm> flat_;          // dtypes the shared memory cannot sum
+  std::unique_ptr<GroupHookComm> cross_compressed_;  // half and bfloat16 between nodes (bf16: a ring)
   // After a failed step every later call fails at once: a rank that skipped the rest of a failed
   // bucket must not start the next one's steps, which its peers would meet as the old one's.
   std::string failed_;

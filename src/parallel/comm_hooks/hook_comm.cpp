@@ -75,11 +75,11 @@ void GroupHookComm::ring_allreduce(at::Tensor& t) {
   const uint32_t tag = kRingTagBase + 2 * (ring_calls_++ % (1u << 20));
   FlightScope entry(flight_op("allreduce", what_, bucket_, t, nullptr, /*gradient=*/true));
   try {
-    ring_reduce_scatter(*group_, rank_, world_, flat, tag);
-    const int next = (rank_ + 1) % world_, prev = (rank_ + world_ - 1) % world_;
+    ring_reduce_scatter(*group_, position_, world_, flat, tag);
+    const int next = (position_ + 1) % world_, prev = (position_ + world_ - 1) % world_;
     auto part = [&](int index) { return flat.narrow(0, ((index % world_) + world_) % world_ * chunk, chunk); };
     for (int s = 0; s < world_ - 1; ++s) {
-      std::vector<at::Tensor> out{part(rank_ - s)}, in{part(rank_ - 1 - s)};
+      std::vector<at::Tensor> out{part(position_ - s)}, in{part(position_ - 1 - s)};
       const int step_tag = static_cast<int>(((tag + 1) % (1u << 24)) * 64 + s);
       auto sent = group_->send(out, next, step_tag);
       auto received = group_->recv(in, prev, step_tag);

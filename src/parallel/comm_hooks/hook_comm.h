@@ -50,9 +50,12 @@ class ReducerComm : public HookComm {
 
 class GroupHookComm final : public ReducerComm {
  public:
-  /// `what` names the calls in the flight recorder (hang diagnostics).
-  GroupHookComm(c10::intrusive_ptr<Backend> group, ShmAllreduce* shm, int rank, int world, const char* what = "ddp hook")
-      : group_(std::move(group)), shm_(shm), rank_(rank), world_(world), what_(what) {}
+  /// `what` names the calls in the flight recorder (hang diagnostics). `world` is `group`'s size;
+  /// `position` this rank's place in it where the group is not the job's (the hierarchical
+  /// allreduce's group between nodes), else -1: `rank`, the job's rank, which errors name.
+  GroupHookComm(c10::intrusive_ptr<Backend> group, ShmAllreduce* shm, int rank, int world, const char* what = "ddp hook",
+                int position = -1)
+      : group_(std::move(group)), shm_(shm), rank_(rank), position_(position < 0 ? rank : position), world_(world), what_(what) {}
 
   int rank() const override { return rank_; }
   int world_size() const override { return world_; }
@@ -64,6 +67,7 @@ class GroupHookComm final : public ReducerComm {
   c10::intrusive_ptr<Backend> group_;
   ShmAllreduce* shm_;
   int rank_;
+  int position_;
   int world_;
   const char* what_;
   uint32_t ring_calls_ = 0;  // ring tags: the same sequence on every rank
