@@ -8,7 +8,8 @@
 # every H steps, averaged or through the Nesterov outer step); PyTorch's Python DDP with its own
 # hooks, and its PeriodicModelAverager for local:H, on the same libtorch, namespaces and links
 # (bench/peer_ddp.py, Debian's torch 1.13: no bf16 over Gloo there). Prints samples/s per
-# variant (median of rounds) and each one's ratio to its own side's flat fp32 run.
+# variant (median of rounds), each one's ratio to its own side's flat fp32 run, and the final loss
+# (median of rounds).
 # Timing, so a benchmark: run it on an otherwise idle machine. Needs root and iproute2.
 # The addresses (10.79.1.0/24) exist only inside the namespaces this script creates and removes.
 # NODES=3 (or more) starts that many nodes of 2 ranks each.
@@ -104,15 +105,16 @@ done
 python3 - "$work" "$rate" "$rounds" "$nodes" "$variants" $models <<'PY'
 import json, statistics, sys, glob, os
 work, rate, rounds, nodes, variants, models = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5].split(), sys.argv[6:]
-def sps(side, model, hook):
+def median(side, model, hook, key):
     vals = []
     for r in range(1, rounds + 1):
         path = os.path.join(work, f"{side}-{model}-{hook}-{r}.json")
         if os.path.exists(path) and os.path.getsize(path):
-            vals.append(json.load(open(path))["samples_per_s"])
+            vals.append(json.load(open(path))[key])
     return statistics.median(vals) if vals else None
+sps = lambda side, model, hook: median(side, model, hook, "samples_per_s")
 print(f"link {rate}, {nodes} nodes x 2 ranks, median of {rounds} round(s); samples/s (ratio to the same side's flat fp32)")
-print(f"{'model':5} {'hook:allreduce':22} {'cohort':>16} {'pytorch':>16} {'cohort/pytorch':>15}")
+print(f"{'model':5} {'hook:allreduce':22} {'cohort':>16} {'pytorch':>16} {'cohort/pytorch':>15}  final loss (cohort, pytorch)")
 for model in models:
     base = {side: sps(side, model, "none:flat") for side in ("cohort", "peer")}
     for v in variants:
@@ -121,5 +123,6 @@ for model in models:
             continue  # not run (VARIANTS)
         cell = lambda x, b: f"{x:8.1f} ({x / b:4.2f}x)" if x and b else f"{'-':>16}"
         ratio = f"{c / p:15.2f}" if c and p else f"{'-':>15}"
-        print(f"{model:5} {v:22} {cell(c, base['cohort']):>16} {cell(p, base['peer']):>16} {ratio}")
+        loss = lambda side: f"{x:.5f}" if (x := median(side, model, v, "final_loss")) is not None else "-"
+        print(f"{model:5} {v:22} {cell(c, base['cohort']):>16} {cell(p, base['peer']):>16} {ratio}  {loss('cohort')}, {loss('peer')}")
 PY
