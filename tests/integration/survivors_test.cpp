@@ -87,7 +87,16 @@ void expect_survivors_keep_running(int sig, int faults, const std::string& launc
   const auto events = read_all((dir / "run" / "events.jsonl").string());
   const auto lost = steps_lost_per_restore((dir / "run" / "events.jsonl").string());
   ASSERT_EQ(lost.size(), static_cast<size_t>(faults)) << events;
-  for (size_t i = 0; i < lost.size(); ++i) EXPECT_LE(lost[i], 1) << "recovery " << i + 1 << " went back " << lost[i] << " steps";
+  // On a failure, what the workers and the hub said (the events without the per-step metrics):
+  // a rare loss of 2 steps under local SGD (CI, 2026-12-06) left nothing else to read.
+  auto story = [&] {
+    std::string notable;
+    for (const auto& line : cohort::testing::lines(events))
+      if (!contains(line, "\"type\":\"metrics\"")) notable += line + "\n";
+    return "\n--- output ---\n" + output + "\n--- events (no metrics) ---\n" + notable;
+  };
+  for (size_t i = 0; i < lost.size(); ++i)
+    EXPECT_LE(lost[i], 1) << "recovery " << i + 1 << " went back " << lost[i] << " steps" << story();
   size_t recovered = 0;
   for (const auto& line : cohort::testing::lines(events)) {
     if (!contains(line, "\"kind\":\"recovered\"")) continue;
