@@ -212,6 +212,9 @@ std::vector<nlohmann::json> Checkpointer::Impl::collect_parts(const SaveJob& job
     std::string missing;
     for (int r = 0; r < world; ++r)
       if (!s->check({keys[r]})) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    if (abandon_ || detail::newest_rejoin_generation() > job.generation)
+      throw CheckpointError(rank_, "checkpoint step " + std::to_string(job.step) + " given up: the job re-forms "
+                                   "around a replaced peer before rank(s) " + missing + " reported their part");
     throw not_committed("rank(s) " + missing + " did not report their part");
   }
   std::vector<nlohmann::json> parts;

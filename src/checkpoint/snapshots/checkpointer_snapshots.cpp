@@ -93,6 +93,9 @@ void Checkpointer::Impl::maybe_snapshot(const TrainingState& state) {
   } catch (const CommError&) {
     throw;  // the job re-forms around a replaced peer (wait_previous_snapshot): this step does not count
   } catch (const std::exception& e) {
+    // The previous snapshot given up because a peer failed (its part never came): a step counted
+    // after it would be a second step lost (local SGD trains on between synchronisations).
+    stop_if_job_reforms(ctx_.generation());
     detail::log_warn(std::string("in-memory snapshot failed (training continues): ") + e.what());
   }
 }
@@ -108,7 +111,9 @@ std::string Checkpointer::Impl::copy_to_buddies(const SaveJob& job, const std::s
 void Checkpointer::Impl::wait_for_snapshot() {
   if (!snapshots_) return;
   const std::string e = snapshots_->impl_->join();
-  if (!e.empty()) detail::log_warn("in-memory snapshot failed (training continues): " + e);
+  if (e.empty()) return;
+  stop_if_job_reforms(ctx_.generation());  // as maybe_snapshot: the last step's snapshot, given up
+  detail::log_warn("in-memory snapshot failed (training continues): " + e);
 }
 
 }  // namespace cohort
