@@ -120,6 +120,7 @@ class Context {
   // Objects that reconnect after a rejoin, by registration number (ContextInternals): what each
   // lets go of the old groups first, and how it reconnects to the new ones.
   struct RejoinListener {
+    std::string what;  // the object, for a rejoin that takes long (rejoin_watch.h)
     std::function<void()> release, reconnect;
   };
   std::map<int64_t, RejoinListener> rejoin_listeners_;

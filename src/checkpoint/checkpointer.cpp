@@ -63,7 +63,7 @@ Checkpointer::Checkpointer(std::string dir, std::shared_ptr<Context> ctx, Checkp
   impl_->sequence_ = detail::ContextInternals::next_sequence(*ctx_);
   impl_->open_snapshots();  // before the lock below: it makes a Checkpointer too
   impl_->rejoin_listener_ =
-      detail::ContextInternals::add_rejoin_listener(*ctx_, [impl = impl_.get()] { impl->release(); },
+      detail::ContextInternals::add_rejoin_listener(*ctx_, "the Checkpointer", [impl = impl_.get()] { impl->release(); },
                                                     [impl = impl_.get()] { impl->reconnect(); });
   std::lock_guard<std::mutex> lock(g_live_mutex);
   if (!g_live) {

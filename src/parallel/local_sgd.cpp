@@ -169,7 +169,7 @@ LocalSGDCore::LocalSGDCore(std::shared_ptr<torch::nn::Module> module, std::share
   m.connect();
   // Released before a rejoin: the communicator holds the old groups.
   m.rejoin_listener = ContextInternals::add_rejoin_listener(
-      c, [impl = impl_.get()] { impl->comm.reset(); }, [impl = impl_.get()] { impl->connect(); });
+      c, "LocalSGD", [impl = impl_.get()] { impl->comm.reset(); }, [impl = impl_.get()] { impl->connect(); });
   m.monitor = &current_step_monitor();
   m.monitor->set_identity(c.rank(), c.world_size(), c.env().restart_count);
 }

@@ -40,6 +40,7 @@
 #include "runtime/agent_link/agent_link.h"
 #include "runtime/host/blas_core.h"
 #include "runtime/agent_link/flight_recorder.h"
+#include "runtime/agent_link/rejoin_watch.h"
 #include "worker_identity.h"
 
 namespace cohort {
@@ -299,6 +300,10 @@ void Context::rejoin(int generation) {
   }
   detail::log_info("re-forming the process groups as generation " + std::to_string(generation) +
                    " (a peer was replaced; this process keeps running)");
+  // The peers give up on this rank at the store timeout: say where it is well before that.
+  detail::RejoinWatch watch(generation, std::min<std::chrono::milliseconds>(options_.store_timeout / 4,
+                                                                            std::chrono::seconds(5)));
+  watch.stage("closing the old groups' connections");
   // First every old group's connections close (gloo_abandon.h): a peer still waiting in one for
   // this rank — a ring step, a bucket between nodes, a buddy exchange — fails now instead of at
   // the collective timeout.
@@ -309,7 +314,11 @@ void Context::rejoin(int generation) {
       if (auto group = weak.lock()) detail::abandon_gloo_group(*group);
     subgroups_.clear();
   }
-  for (auto& [key, listener] : rejoin_listeners_) listener.release();
+  for (auto& [key, listener] : rejoin_listeners_) {
+    watch.stage("letting go of the old groups in " + listener.what);
+    listener.release();
+  }
+  watch.stage("connecting the new groups");
   // The old group's destructor waits for the work it still has, which fails once its peers close
   // theirs: on a thread of its own, so that this rank never waits for a peer it abandoned. Closing
   // it — nothing else holds it once every object released it — is what makes a rank blocked on
@@ -324,7 +333,10 @@ void Context::rejoin(int generation) {
     detail::record_process_identity(*who);
   }
   // In registration order: the order in which the replacement constructs the same objects.
-  for (auto& [key, listener] : rejoin_listeners_) listener.reconnect();
+  for (auto& [key, listener] : rejoin_listeners_) {
+    watch.stage("reconnecting " + listener.what + " (a collective)");
+    listener.reconnect();
+  }
 }
 
 Context::~Context() = default;

@@ -18,10 +18,12 @@ struct ContextInternals {
   /// drops what it holds of the old groups (so that they close: a rank still waiting on this one
   /// then fails over too), before the new ones form; `reconnect` makes the collectives its
   /// constructor made, in the same order, so that it meets the replacement's constructor.
-  /// Returns the key for remove_rejoin_listener (call it in the destructor).
-  static int64_t add_rejoin_listener(Context& ctx, std::function<void()> release, std::function<void()> reconnect) {
+  /// `what` names the object in messages. Returns the key for remove_rejoin_listener (call it in
+  /// the destructor).
+  static int64_t add_rejoin_listener(Context& ctx, std::string what, std::function<void()> release,
+                                     std::function<void()> reconnect) {
     const int64_t key = ctx.next_listener_++;
-    ctx.rejoin_listeners_[key] = {std::move(release), std::move(reconnect)};
+    ctx.rejoin_listeners_[key] = {std::move(what), std::move(release), std::move(reconnect)};
     return key;
   }
   /// The store the current generation's groups meet in (subgroups are made there too).

@@ -22,6 +22,7 @@
 #include "launcher/workers/worker_link.h"
 #include "runtime/agent_link/agent_link.h"
 #include "runtime/agent_link/flight_recorder.h"
+#include "runtime/agent_link/rejoin_watch.h"
 
 namespace {
 
@@ -453,3 +454,29 @@ TEST(HangDetector, ReportStepCallsCountAsProgressEvenWithTheSameStep) {
 }
 
 }  // namespace
+
+// A rank that takes long to re-form its groups says where it is, once per period; a quick one
+// says nothing (the peers wait for it meanwhile; before this, a stuck one said nothing at all).
+TEST(RejoinWatch, NamesTheStageWhileItTakesLongAndNothingWhenQuick) {
+  const std::string line = "re-forming the process groups as generation 3: still letting go of the old groups in the Checkpointer after";
+  auto count = [&](const std::string& out) {
+    size_t n = 0;
+    for (size_t at = out.find(line); at != std::string::npos; at = out.find(line, at + 1)) ++n;
+    return n;
+  };
+  testing::internal::CaptureStderr();
+  {
+    cohort::detail::RejoinWatch watch(3, std::chrono::milliseconds(100));
+    watch.stage("letting go of the old groups in the Checkpointer");
+    std::this_thread::sleep_for(std::chrono::milliseconds(450));
+  }
+  std::string out = testing::internal::GetCapturedStderr();
+  EXPECT_GE(count(out), 2u) << out;
+  testing::internal::CaptureStderr();
+  {
+    cohort::detail::RejoinWatch watch(3, std::chrono::milliseconds(100));
+    watch.stage("letting go of the old groups in the Checkpointer");
+  }
+  out = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(count(out), 0u) << out;
+}

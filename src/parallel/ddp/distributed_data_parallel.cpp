@@ -94,7 +94,7 @@ DataParallelCore::DataParallelCore(std::shared_ptr<torch::nn::Module> module, st
   impl_->connect();
   // Released before a rejoin: the old reducer's hooks go, and with it what it holds of the old groups.
   impl_->rejoin_listener = ContextInternals::add_rejoin_listener(
-      c, [impl = impl_.get()] { impl->reducer.reset(); }, [impl = impl_.get()] { impl->connect(); });
+      c, "DistributedDataParallel", [impl = impl_.get()] { impl->reducer.reset(); }, [impl = impl_.get()] { impl->connect(); });
 }
 
 DataParallelCore::~DataParallelCore() {

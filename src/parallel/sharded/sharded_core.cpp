@@ -85,7 +85,7 @@ ShardedCore::ShardedCore(std::shared_ptr<torch::nn::Module> module, bool is_sequ
   m.stats.num_units = static_cast<int64_t>(m.units.size());
   m.attach_hooks();
   m.rejoin_listener = ContextInternals::add_rejoin_listener(
-      c, [impl = impl_.get()] { impl->let_go(); }, [impl = impl_.get()] { impl->reconnect(); });
+      c, "the sharded model", [impl = impl_.get()] { impl->let_go(); }, [impl = impl_.get()] { impl->reconnect(); });
 }
 
 ShardedCore::~ShardedCore() {
