@@ -141,7 +141,9 @@ class Checkpointer {
   void save(const TrainingState& state);
   /// Snapshots now and writes in the background. Throws the previous background save's error.
   void save_async(const TrainingState& state);
-  /// Waits for the save in flight; throws its error, if it failed.
+  /// Waits for the save in flight; throws its error, if it failed. Under keep_running(), a
+  /// snapshot given up because the job re-forms around a replaced peer throws CommError instead
+  /// (keep_running() rejoins; the step it covered is not counted).
   void wait();
 
   /// Optimizer steps counted by maybe_save (or restored); the checkpoint's step.

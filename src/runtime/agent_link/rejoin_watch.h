@@ -22,7 +22,7 @@ class RejoinWatch {
   RejoinWatch(const RejoinWatch&) = delete;
   RejoinWatch& operator=(const RejoinWatch&) = delete;
 
-  /// What this rank does now ("releasing the Checkpointer's hold on the old groups").
+  /// What this rank does now ("letting go of the old groups in the Checkpointer").
   void stage(std::string what);
 
  private:
