@@ -15,8 +15,10 @@
 #include <vector>
 
 #include "checkpoint/format/manifest.h"
+#include "checkpoint/format/rank_state_file.h"
 #include "checkpoint/format/training_state.h"
 #include "checkpoint/snapshots/buddy_copies.h"
+#include "checkpoint/storage/mapped_files.h"
 #include "cohort/checkpointer.h"
 #include "cohort/context.h"
 #include "monitor/worker_monitor.h"
@@ -40,6 +42,9 @@ struct SaveJob {
   ckpt::RankRng rng;
   std::map<std::string, std::string> metadata;
   std::map<std::string, std::string> user;        // Stateful objects' state_dict() (rank 0 writes it)
+  // Snapshots: files whose bytes the capture copied straight into their pages (mapped_files.h),
+  // by name; their tensors above stay empty. The writer commits them as they are.
+  std::vector<std::pair<std::string, const ckpt::Mapping*>> mapped;
   std::chrono::steady_clock::time_point started;  // the save began (the monitor's event reports its duration)
 };
 
@@ -67,6 +72,14 @@ class Checkpointer::Impl {
     size_t bytes;
   };
   static void parallel_copy(const std::vector<CopySlice>& slices);
+  // Snapshots: `live` copied into the mapped pages of the file `name` will be (the retired file
+  // of that name in spare_dir(), taken over), recorded in job.mapped; returns no tensors then.
+  // Where the file cannot be mapped (a full file system, one without fallocate), stage() instead:
+  // the writer then writes the file, and a full file system fails there as for any checkpoint.
+  NamedTensors map_or_stage(const std::string& name, const NamedTensors& live, std::vector<at::Tensor>& buffers,
+                            SaveJob& job);
+  bool map_into_file(const std::string& name, const NamedTensors& live, SaveJob& job);
+  std::string per_rank_name(const char* kind) const { return ckpt::per_rank_file_name(kind, rank_, ctx_.world_size()); }
 
   // --- write (save_write.cpp): the background writer, or the caller for synchronous saves --------
   void write_and_commit(const SaveJob& job);
@@ -159,6 +172,7 @@ class Checkpointer::Impl {
   // The monitor current when the Checkpointer was made: commits may run on the writer thread.
   detail::StepMonitor* monitor_ = &detail::current_step_monitor();
   std::vector<at::Tensor> staged_model_, staged_optim_, staged_shard_, staged_rank_;
+  ckpt::FileMappings mappings_{rank_};  // snapshots: the files the captures copy into
   c10::intrusive_ptr<c10d::Store> store_;
   std::string own_part_;
   std::thread writer_;

@@ -5,12 +5,15 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <thread>
 
 #include "checkpoint/checkpointer_impl.h"
 #include "cohort/distributed_sampler.h"
+#include "cohort/error.h"
 #include "cohort/sharded_state.h"
 #include "runtime/check.h"
+#include "runtime/log.h"
 
 namespace cohort {
 SaveJob Checkpointer::Impl::capture(const TrainingState& state, bool copy) {
@@ -31,15 +34,16 @@ SaveJob Checkpointer::Impl::capture(const TrainingState& state, bool copy) {
     job.sampler_json = s.to_json();
   }
   job.rng = ckpt::capture_rng(*state.module, rank_);
+  if (copy && is_snapshots_) mappings_.begin_save();
   if (auto* sharded = dynamic_cast<ShardedCheckpointable*>(state.module)) {
     ShardState s = sharded->shard_state(state.optimizer);
     job.sharded = true;
     job.sharding_json = s.layout_json;
-    job.shard = copy ? stage(s.tensors, staged_shard_) : cpu_contiguous(s.tensors);
+    job.shard = copy ? map_or_stage(per_rank_name("shard"), s.tensors, staged_shard_, job) : cpu_contiguous(s.tensors);
     if (rank_ == 0) {
       job.optimizer_json = s.optimizer_json;
       const auto replicated = sharded->replicated_tensors();
-      job.model = copy ? stage(replicated, staged_model_) : cpu_contiguous(replicated);
+      job.model = copy ? map_or_stage("model.safetensors", replicated, staged_model_, job) : cpu_contiguous(replicated);
     }
     return job;
   }
@@ -47,13 +51,17 @@ SaveJob Checkpointer::Impl::capture(const TrainingState& state, bool copy) {
     RankState s = own->rank_state();
     job.has_rank_state = !s.empty();
     job.rank_text = std::move(s.text);
-    job.rank_tensors = copy ? stage(s.tensors, staged_rank_) : cpu_contiguous(s.tensors);
+    job.rank_tensors = !copy              ? cpu_contiguous(s.tensors)
+                       : job.has_rank_state ? map_or_stage(per_rank_name("rank"), s.tensors, staged_rank_, job)
+                                            : stage(s.tensors, staged_rank_);
   }
   if (writes_replicated_) {  // replicated state: one writer (snapshots: one per machine)
     job.model = ckpt::module_tensors(*state.module);
     if (state.optimizer) job.optimizer = ckpt::optimizer_tensors(*state.optimizer, *state.module, &job.optimizer_json, rank_);
-    job.model = copy ? stage(job.model, staged_model_) : cpu_contiguous(job.model);
-    job.optimizer = copy ? stage(job.optimizer, staged_optim_) : cpu_contiguous(job.optimizer);
+    job.model = copy ? map_or_stage("model.safetensors", job.model, staged_model_, job) : cpu_contiguous(job.model);
+    job.optimizer = !copy                       ? cpu_contiguous(job.optimizer)
+                    : job.optimizer_json.empty() ? stage(job.optimizer, staged_optim_)  // no file is written
+                                                 : map_or_stage("optimizer.safetensors", job.optimizer, staged_optim_, job);
   }
   return job;
 }
@@ -85,6 +93,44 @@ ckpt::NamedTensors Checkpointer::Impl::stage(const NamedTensors& live, std::vect
   }
   parallel_copy(slices);
   return out;
+}
+
+ckpt::NamedTensors Checkpointer::Impl::map_or_stage(const std::string& name, const NamedTensors& live,
+                                                    std::vector<at::Tensor>& buffers, SaveJob& job) {
+  if (is_snapshots_ && map_into_file(name, live, job)) {
+    buffers.clear();  // the staging memory of a save that could not map, no longer needed
+    return {};
+  }
+  return stage(live, buffers);
+}
+
+bool Checkpointer::Impl::map_into_file(const std::string& name, const NamedTensors& live, SaveJob& job) {
+  torch::NoGradGuard no_grad;
+  uint64_t bytes = 0;
+  std::string header;
+  const ckpt::Mapping* m = nullptr;
+  try {  // any problem (a dtype safetensors lacks too) is the writer's to report, as without mapping
+    header = ckpt::tensor_file_header(live, rank_, &bytes);
+    std::error_code ec;
+    std::filesystem::create_directories(spare_dir(), ec);  // where the file is mapped until its commit
+    m = &mappings_.map(spare_dir() + "/" + name, bytes);
+  } catch (const Error& e) {
+    detail::log(detail::LogLevel::debug, std::string("snapshot file written instead of mapped: ") + e.what());
+    return false;
+  }
+  std::memcpy(m->data, header.data(), header.size());
+  std::vector<CopySlice> slices;
+  uint64_t at = header.size();
+  for (const auto& [tensor_name, t] : live) {
+    if (t.device().is_cpu() && t.is_contiguous())
+      slices.push_back({m->data + at, static_cast<const char*>(t.data_ptr()), t.nbytes()});
+    else  // CUDA (device to host) or strided: torch's copy into the file's pages
+      at::from_blob(m->data + at, t.sizes(), t.options().device(at::kCPU)).copy_(t);
+    at += t.nbytes();
+  }
+  parallel_copy(slices);
+  job.mapped.emplace_back(name, m);
+  return true;
 }
 
 void Checkpointer::Impl::parallel_copy(const std::vector<CopySlice>& slices) {

@@ -278,8 +278,8 @@ void Checkpointer::Impl::retire_old() {
 std::vector<std::string> Checkpointer::Impl::own_file_names() const {
   std::vector<std::string> names;
   if (writes_replicated_) names = {"model.safetensors", "optimizer.safetensors"};
-  names.push_back(ckpt::per_rank_file_name("shard", rank_, ctx_.world_size()));
-  names.push_back(ckpt::per_rank_file_name("rank", rank_, ctx_.world_size()));
+  names.push_back(per_rank_name("shard"));
+  names.push_back(per_rank_name("rank"));
   return names;
 }
 

@@ -95,8 +95,8 @@ std::vector<ckpt::ManifestFile> Checkpointer::Impl::write_files(const SaveJob& j
   struct stat st {};
   const bool existed = ::stat(path.c_str(), &st) == 0;
   make_dir(path, rank_);
-  const std::string shard_name = job.sharded ? ckpt::per_rank_file_name("shard", rank_, ctx_.world_size()) : "";
-  const std::string rank_name = job.has_rank_state ? ckpt::per_rank_file_name("rank", rank_, ctx_.world_size()) : "";
+  const std::string shard_name = job.sharded ? per_rank_name("shard") : "";
+  const std::string rank_name = job.has_rank_state ? per_rank_name("rank") : "";
   if (existed) {
     // The same step saved before (the job went back to an older checkpoint and got here again):
     // un-commit the old one first, so that nothing mixes old and new files under a manifest.
@@ -120,6 +120,8 @@ std::vector<ckpt::ManifestFile> Checkpointer::Impl::write_files(const SaveJob& j
   const bool direct = !is_snapshots_;  // O_DIRECT on tmpfs only adds the aligned buffers' copies and an I/O thread
   // Snapshots overwrite this rank's retired files in place (spare_dir()); checkpoints on disk make new ones.
   auto write = [&](const std::string& name, const ckpt::NamedTensors& tensors) {
+    for (const auto& [mapped_name, m] : job.mapped)  // the capture wrote the bytes already
+      if (mapped_name == name) return mappings_.commit(*m, spare_dir() + "/" + name, path, name);
     const std::string reuse = is_snapshots_ ? spare_dir() + "/" + name : "";
     return ckpt::write_tensor_file(path, name, tensors, rank_, direct, reuse);
   };

@@ -189,6 +189,36 @@ INSTANTIATE_TEST_SUITE_P(Modes, CheckpointFullDisk,
                            return std::get<0>(info.param) + (std::get<1>(info.param) ? "_async" : "_sync");
                          });
 
+// Snapshots copy the tensors straight into their files' mapped pages (mapped_files.h). On a full
+// file system that must be a clear error and training that goes on — never a SIGBUS at a write
+// into a page that could not be had: 12 MiB hold step 1's snapshot (8 MiB), not step 2's, and the
+// snapshot of step 1 stays whole. On ext4 (a disk) the same, through the page cache.
+class SnapshotFullDisk : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SnapshotFullDisk, ASnapshotThatDoesNotFitFailsClearlyAndTheOneBeforeStaysWhole) {
+  const std::string filesystem = GetParam();
+  if (!can_mount() || (filesystem == "ext4" && !can_mount_ext4()))
+    GTEST_SKIP() << "no mount namespace or loop device here";
+  const std::string dir = fresh_dir("snapshot_full_" + filesystem);
+  const auto r = run_mounted(filesystem, dir,
+                             kProbe + " --dir " + dir + "-disk --snapshot-dir " + dir + " --mode steps --steps 3 " +
+                                 "--floats 1048576; echo exit $?; echo files:; find " + dir + " -type f | sort; " +
+                                 "for s in " + dir + "/*/step-00000001; do " + kCohort + " ckpt verify $s; done");
+  fs::remove_all(dir + "-disk");
+  EXPECT_TRUE(contains(r.output, "exit 0")) << r.output;  // no SIGBUS
+  // Steps 2 and 3 each tried theirs (a failed snapshot does not cost the next one as well).
+  EXPECT_EQ(count(r.output, "in-memory snapshot failed (training continues)"), 2u) << r.output;
+  EXPECT_TRUE(contains(r.output, ": No space left on device")) << r.output;
+  EXPECT_TRUE(contains(r.output, "trained to step 3")) << r.output;
+  EXPECT_TRUE(contains(r.output, "step-00000001: valid")) << r.output;
+  const std::string files = r.output.substr(std::min(r.output.size(), r.output.find("files:")));
+  EXPECT_FALSE(contains(files, "step-00000002")) << "a file of the failed snapshot is left: " << files;
+  EXPECT_FALSE(contains(files, ".tmp-")) << files;
+}
+
+INSTANTIATE_TEST_SUITE_P(FileSystems, SnapshotFullDisk, ::testing::Values("tmpfs", "ext4"),
+                         [](const auto& info) { return info.param; });
+
 // Where the file system refuses O_DIRECT (ramfs), checkpoints go through the page cache: saved,
 // verified and restored all the same.
 TEST(CheckpointNoDirectIo, SavesAndRestoresThroughThePageCache) {

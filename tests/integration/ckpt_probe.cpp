@@ -12,6 +12,8 @@
 //                  commit parts before they are there (the forged-part test, issue 22)
 //   --hold-at S --hold-for FILE   every rank waits before step S until FILE exists (at most 120 s),
 //                  so that a test's stranger acts at a known point of the run
+//   --snapshot-dir D  in-memory snapshots into D at every step instead of checkpoints on disk
+//                  (the full-tmpfs test); a failed snapshot prints "snapshot failed"
 //   --mode export  writes one checkpoint of a small model with known values and expected.json with
 //                  those values as torch sees them (for an independent safetensors reader)
 #include <CLI/CLI.hpp>
@@ -61,14 +63,18 @@ void check_restored(Probe& probe, torch::optim::SGD& sgd, int64_t step) {
 }
 
 int run_training(const std::string& dir, int64_t floats, bool async, int64_t steps, int keep, bool exit_at_once,
-                 int late_ms, int64_t hold_at, const std::string& hold_for) {
+                 int late_ms, int64_t hold_at, const std::string& hold_for, const std::string& snapshot_dir) {
   auto ctx = cohort::init();
   Probe probe(floats);
   torch::optim::SGD sgd(probe.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
   cohort::CheckpointOptions options;
-  options.every_steps = 1;
+  options.every_steps = snapshot_dir.empty() ? 1 : 0;
   options.keep_last = keep;
   options.async = async;
+  if (!snapshot_dir.empty()) {
+    options.snapshot_every_steps = 1;
+    options.snapshot_dir = snapshot_dir;
+  }
   cohort::Checkpointer checkpoints(dir, ctx, options);
   if (auto info = checkpoints.restore_latest(cohort::TrainingState{&probe, &sgd, nullptr})) {
     check_restored(probe, sgd, info->step);
@@ -142,8 +148,9 @@ int main(int argc, char** argv) {
   bool async = false, ignore_xfsz = false, exit_at_once = false;
   int keep = 2, late_ms = 0;
   int64_t hold_at = -1;
-  std::string hold_for;
+  std::string hold_for, snapshot_dir;
   app.add_option("--dir", dir)->required();
+  app.add_option("--snapshot-dir", snapshot_dir);
   app.add_option("--late-ms", late_ms);
   app.add_option("--hold-at", hold_at);
   app.add_option("--hold-for", hold_for);
@@ -159,7 +166,7 @@ int main(int argc, char** argv) {
   try {
     if (mode == "export") return run_export(dir);
     return run_training(dir, floats, async, mode == "loop" ? INT64_MAX : steps, keep, exit_at_once, late_ms, hold_at,
-                        hold_for);
+                        hold_for, snapshot_dir);
   } catch (const std::exception& e) {
     std::cerr << "ckpt_probe: " << e.what() << std::endl;
     return 1;

@@ -76,7 +76,10 @@ std::string killed_run(const std::string& dir) {
   return dir;
 }
 
-// Runs of 1..4 ranks, made once for the suite (about a minute).
+}  // namespace
+
+// Runs of 1..4 ranks, made once for the suite (about a minute). Outside the anonymous namespace:
+// its tests derive from it, and GCC warns about a base of internal linkage (-Wsubobject-linkage).
 class SimCalibrate : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -95,8 +98,6 @@ class SimCalibrate : public ::testing::Test {
   static std::string* dir_;
 };
 std::string* SimCalibrate::dir_ = nullptr;
-
-}  // namespace
 
 // The runs' step times as calibrate reads them (its summary of each log).
 std::vector<double> summarized_steps(const std::string& runs) {

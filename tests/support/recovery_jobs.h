@@ -46,11 +46,7 @@ inline std::string read_all(const std::string& path) {
   return s.str();
 }
 
-inline size_t count(const std::string& text, const std::string& needle) {
-  size_t n = 0;
-  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
-  return n;
-}
+using cohort::testing::count;
 
 inline std::string final_state(const std::string& output) {
   std::regex re("\"optimizer_checksum\":\"([0-9a-f]{16})\",\"param_checksum\":\"([0-9a-f]{16})\"");

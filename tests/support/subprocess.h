@@ -61,6 +61,13 @@ inline bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
 }
 
+/// How many times `needle` occurs in `text` (overlapping ones counted).
+inline size_t count(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
 /// The lines of `text`, without their line ends.
 inline std::vector<std::string> lines(const std::string& text) {
   std::vector<std::string> out;

@@ -44,15 +44,24 @@ c10::ScalarType torch_dtype(const std::string& dtype) {
   return it == kTypes.end() ? c10::ScalarType::Undefined : it->second;
 }
 
-FileRecord write_tensor_file(const std::string& dir, const std::string& name, const NamedTensors& tensors, int rank,
-                             bool allow_direct, const std::string& reuse) {
+std::string tensor_file_header(const NamedTensors& tensors, int rank, uint64_t* file_bytes) {
   std::vector<TensorEntry> entries;
   entries.reserve(tensors.size());
+  uint64_t data = 0;
   for (const auto& [tensor_name, t] : tensors) {
-    COHORT_CHECK(t.is_contiguous() && t.device().is_cpu(), "snapshot tensor " << tensor_name << " not CPU-contiguous");
     entries.push_back({tensor_name, safetensors_dtype(t.scalar_type(), rank), t.sizes().vec(), 0, 0});
+    data += t.nbytes();
   }
-  const std::string header = build_header(entries, {{"format", "pt"}, {"writer", "cohort"}});
+  std::string header = build_header(entries, {{"format", "pt"}, {"writer", "cohort"}});
+  if (file_bytes) *file_bytes = header.size() + data;
+  return header;
+}
+
+FileRecord write_tensor_file(const std::string& dir, const std::string& name, const NamedTensors& tensors, int rank,
+                             bool allow_direct, const std::string& reuse) {
+  for (const auto& [tensor_name, t] : tensors)
+    COHORT_CHECK(t.is_contiguous() && t.device().is_cpu(), "snapshot tensor " << tensor_name << " not CPU-contiguous");
+  const std::string header = tensor_file_header(tensors, rank, nullptr);
   AtomicWriter out(dir, name, rank, allow_direct, reuse);
   out.write(header.data(), header.size());
   for (const auto& [tensor_name, t] : tensors) out.write(t.data_ptr(), t.nbytes());

@@ -20,6 +20,11 @@ using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 std::string safetensors_dtype(c10::ScalarType type, int rank);
 c10::ScalarType torch_dtype(const std::string& dtype);
 
+/// What a tensor file of `tensors` holds before their bytes (safetensors' length and JSON header;
+/// the bytes follow back to back in that order), and in `file_bytes` the file's size: for a writer
+/// that copies the bytes itself (mapped_files.h). Only dtypes and shapes are read.
+std::string tensor_file_header(const NamedTensors& tensors, int rank, uint64_t* file_bytes);
+
 /// Writes CPU, contiguous tensors (the caller's snapshot) as dir/name, atomically. `allow_direct`
 /// false keeps to the page cache (AtomicWriter): for tmpfs, where the page cache is the storage.
 /// `reuse`: a retired file to overwrite in place (AtomicWriter's).

@@ -86,6 +86,9 @@ bool Checkpointer::Impl::per_rank_state_without_buddies(const TrainingState& sta
 void Checkpointer::Impl::maybe_snapshot(const TrainingState& state) {
   if (!snapshots_ || owner_.step_ % owner_.options_.snapshot_every_steps != 0) return;
   if (per_rank_state_without_buddies(state)) return;
+  // The previous snapshot's failure is reported here, and this step's snapshot is still taken
+  // (save_async would give it up for the other's error).
+  wait_for_snapshot();
   snapshots_->step_ = owner_.step_;
   snapshots_->metadata_ = owner_.metadata_;
   try {
