@@ -134,6 +134,8 @@ class Checkpointer::Impl {
   // one's mark before they start a snapshot (rank 0's writer join already waits).
   std::string done_key(int generation, int64_t index) const { return key(generation, index, 0) + "/done"; }
   void mark_snapshot_done(const SaveJob& job);
+  int64_t parts_complete_ = -1;  // the newest save (index) whose every part came (the writer's)
+  int64_t oldest_done_mark_ = 0;  // done marks from this index on may still be in the store
   void wait_previous_snapshot(const SaveJob& job);
 
   // --- in-memory snapshots (checkpointer_snapshots.cpp, snapshots.h) -----------------------------

@@ -99,8 +99,14 @@ void Checkpointer::Impl::mark_snapshot_done(const SaveJob& job) {
   if (!is_snapshots_ || rank_ != 0 || ctx_.world_size() == 1) return;
   try {
     store()->set(done_key(job.generation, job.index), std::vector<uint8_t>{1});
-    // Every rank has stopped waiting for the previous mark: it reported its part of this one after.
-    if (job.index > 0) store()->deleteKey(done_key(job.generation, job.index - 1));
+    // The older marks go once every rank reported its part of this snapshot: each waited for the
+    // mark before it, so none waits for one of them any more. A snapshot that failed before every
+    // part came (here a buddy's copy failed) deletes none: a rank slower to get there may still
+    // be waiting for the previous mark, and would wait until the timeout.
+    if (parts_complete_ == job.index) {
+      for (int64_t k = oldest_done_mark_; k < job.index; ++k) store()->deleteKey(done_key(job.generation, k));
+      oldest_done_mark_ = job.index;
+    }
   } catch (const std::exception& e) {
     detail::log_warn(std::string("snapshot of step ") + std::to_string(job.step) + ": could not mark it done: " + e.what());
   }
@@ -217,6 +223,7 @@ std::vector<nlohmann::json> Checkpointer::Impl::collect_parts(const SaveJob& job
                                    "around a replaced peer before rank(s) " + missing + " reported their part");
     throw not_committed("rank(s) " + missing + " did not report their part");
   }
+  parts_complete_ = job.index;
   std::vector<nlohmann::json> parts;
   for (int r = 0; r < world; ++r) {
     for (bool warned = false;;) {

@@ -53,6 +53,8 @@ void Checkpointer::Impl::release() {
     detail::log(detail::LogLevel::info, std::string(is_snapshots_ ? "the snapshot" : "the checkpoint save") +
                                             " in flight when a peer failed was given up: " + e);
   saves_started_ = 0;  // the replacement counts from 0, under the new generation's keys
+  parts_complete_ = -1;
+  oldest_done_mark_ = 0;
   buddies_ = {};       // its group is the old generation's
   // A wait given up between the TCPStore's slices (wait_for_keys) may still be answered on this
   // connection later, out of turn: the next generation starts on a new one.
