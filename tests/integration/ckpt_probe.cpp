@@ -13,7 +13,7 @@
 //   --hold-at S --hold-for FILE   every rank waits before step S until FILE exists (at most 120 s),
 //                  so that a test's stranger acts at a known point of the run
 //   --snapshot-dir D  in-memory snapshots into D at every step instead of checkpoints on disk
-//                  (the full-tmpfs test); a failed snapshot prints "snapshot failed"
+//                  (the full-tmpfs test); a failed one is cohort's warning, training goes on
 //   --mode export  writes one checkpoint of a small model with known values and expected.json with
 //                  those values as torch sees them (for an independent safetensors reader)
 #include <CLI/CLI.hpp>
