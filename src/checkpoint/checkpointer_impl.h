@@ -72,8 +72,9 @@ class Checkpointer::Impl {
     size_t bytes;
   };
   static void parallel_copy(const std::vector<CopySlice>& slices);
-  // Snapshots: `live` copied into the mapped pages of the file `name` will be (the retired file
-  // of that name in spare_dir(), taken over), recorded in job.mapped; returns no tensors then.
+  // Snapshots: `live` (when there are tensors) copied into the mapped pages of the file `name`
+  // will be (the retired file of that name in spare_dir(), taken over), recorded in job.mapped;
+  // returns no tensors then.
   // Where the file cannot be mapped (a full file system, one without fallocate), stage() instead:
   // the writer then writes the file, and a full file system fails there as for any checkpoint.
   NamedTensors map_or_stage(const std::string& name, const NamedTensors& live, std::vector<at::Tensor>& buffers,

@@ -51,17 +51,14 @@ SaveJob Checkpointer::Impl::capture(const TrainingState& state, bool copy) {
     RankState s = own->rank_state();
     job.has_rank_state = !s.empty();
     job.rank_text = std::move(s.text);
-    job.rank_tensors = !copy              ? cpu_contiguous(s.tensors)
-                       : job.has_rank_state ? map_or_stage(per_rank_name("rank"), s.tensors, staged_rank_, job)
-                                            : stage(s.tensors, staged_rank_);
+    job.rank_tensors = copy ? map_or_stage(per_rank_name("rank"), s.tensors, staged_rank_, job) : cpu_contiguous(s.tensors);
   }
   if (writes_replicated_) {  // replicated state: one writer (snapshots: one per machine)
     job.model = ckpt::module_tensors(*state.module);
     if (state.optimizer) job.optimizer = ckpt::optimizer_tensors(*state.optimizer, *state.module, &job.optimizer_json, rank_);
     job.model = copy ? map_or_stage("model.safetensors", job.model, staged_model_, job) : cpu_contiguous(job.model);
-    job.optimizer = !copy                       ? cpu_contiguous(job.optimizer)
-                    : job.optimizer_json.empty() ? stage(job.optimizer, staged_optim_)  // no file is written
-                                                 : map_or_stage("optimizer.safetensors", job.optimizer, staged_optim_, job);
+    job.optimizer = copy ? map_or_stage("optimizer.safetensors", job.optimizer, staged_optim_, job)
+                         : cpu_contiguous(job.optimizer);
   }
   return job;
 }
@@ -97,7 +94,8 @@ ckpt::NamedTensors Checkpointer::Impl::stage(const NamedTensors& live, std::vect
 
 ckpt::NamedTensors Checkpointer::Impl::map_or_stage(const std::string& name, const NamedTensors& live,
                                                     std::vector<at::Tensor>& buffers, SaveJob& job) {
-  if (is_snapshots_ && map_into_file(name, live, job)) {
+  // No tensors, nothing to copy (no optimizer, no state of the rank's own): no file is mapped for it.
+  if (is_snapshots_ && !live.empty() && map_into_file(name, live, job)) {
     buffers.clear();  // the staging memory of a save that could not map, no longer needed
     return {};
   }
