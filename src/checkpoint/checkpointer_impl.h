@@ -117,10 +117,19 @@ class Checkpointer::Impl {
   // Snapshots: this rank's retired files wait in a directory of their own (not a step-*: nothing
   // lists or restores it) for the next snapshot to overwrite them in place. On tmpfs the pages are
   // the storage: a snapshot every step then allocates, zeroes and frees none (AtomicWriter's reuse).
-  std::string spare_dir() const { return owner_.dir_ + "/.spare-" + std::to_string(rank_); }
-  // The names of the files this rank writes into a save (model and optimizer where it writes the
-  // replicated state; its shard or rank-state file).
-  std::vector<std::string> own_file_names() const;
+  std::string spare_dir(int rank) const { return owner_.dir_ + "/.spare-" + std::to_string(rank); }
+  std::string spare_dir() const { return spare_dir(rank_); }
+  // The names of the files rank `rank` writes into a save (the replicated files it writes; its
+  // shard or rank-state file). This rank's own, or (snapshots on one machine, where rank 0 retires
+  // every rank's files into its spare directory) another rank's.
+  std::vector<std::string> file_names_of(int rank) const;
+  std::vector<std::string> own_file_names() const { return file_names_of(rank_); }
+  // Snapshots on one machine: the replicated files are split between ranks 0 and 1, rank 0 the
+  // model, rank 1 the optimizer state (the same bytes on every rank of a data-parallel job). The
+  // ranks meet at every allreduce, so a capture that copied both files on rank 0 while rank 1 had
+  // nothing to copy was all rank 1's idle time; split, each copies about half (docs/BENCHMARKS.md).
+  bool split_replicated_ = false;
+  bool writes_optimizer() const { return split_replicated_ ? rank_ == 1 : writes_replicated_; }
   // Snapshots on several machines, each machine's copy (snapshot_sharing.h): rank 0 commits as
   // always and hands its manifest to the other machines' writers through the store, sealed like
   // the parts (a manifest carries the sampler, optimizer and RNG state, which restore applies as
@@ -132,7 +141,7 @@ class Checkpointer::Impl {
   // before is committed, else a peer killed between the step's last collective and rank 0's commit
   // would leave the survivors a step further ahead than the newest snapshot. Rank 0's writer marks
   // each snapshot done (committed or failed) in the store; the other ranks wait for the previous
-  // one's mark before they start a snapshot (rank 0's writer join already waits).
+  // one's mark before they capture a snapshot (rank 0's writer join already waits).
   std::string done_key(int generation, int64_t index) const { return key(generation, index, 0) + "/done"; }
   void mark_snapshot_done(const SaveJob& job);
   int64_t parts_complete_ = -1;  // the newest save (index) whose every part came (the writer's)

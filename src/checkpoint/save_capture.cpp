@@ -33,6 +33,9 @@ SaveJob Checkpointer::Impl::capture(const TrainingState& state, bool copy) {
     job.epoch = s.epoch;
     job.sampler_json = s.to_json();
   }
+  // Snapshots: the previous one committed first (wait_previous_snapshot says why), and so retired: on one machine
+  // its files of this rank wait in this rank's spare directory before the capture takes them over.
+  if (copy && is_snapshots_) wait_previous_snapshot(job);
   job.rng = ckpt::capture_rng(*state.module, rank_);
   if (copy && is_snapshots_) mappings_.begin_save();
   if (auto* sharded = dynamic_cast<ShardedCheckpointable*>(state.module)) {
@@ -53,9 +56,12 @@ SaveJob Checkpointer::Impl::capture(const TrainingState& state, bool copy) {
     job.rank_text = std::move(s.text);
     job.rank_tensors = copy ? map_or_stage(per_rank_name("rank"), s.tensors, staged_rank_, job) : cpu_contiguous(s.tensors);
   }
-  if (writes_replicated_) {  // replicated state: one writer (snapshots: one per machine)
-    job.model = ckpt::module_tensors(*state.module);
+  // Replicated state: one writer (snapshots: one per machine, or split between ranks 0 and 1).
+  // Rank 0 describes the optimizer in the manifest whether or not it writes its tensors.
+  if (writes_replicated_ || writes_optimizer()) {
     if (state.optimizer) job.optimizer = ckpt::optimizer_tensors(*state.optimizer, *state.module, &job.optimizer_json, rank_);
+    if (!writes_optimizer()) job.optimizer.clear();
+    if (writes_replicated_) job.model = ckpt::module_tensors(*state.module);
     job.model = copy ? map_or_stage("model.safetensors", job.model, staged_model_, job) : cpu_contiguous(job.model);
     job.optimizer = copy ? map_or_stage("optimizer.safetensors", job.optimizer, staged_optim_, job)
                          : cpu_contiguous(job.optimizer);

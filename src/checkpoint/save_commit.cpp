@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <map>
 #include <stdexcept>
 #include <thread>
 
@@ -177,6 +178,12 @@ void Checkpointer::Impl::commit(const SaveJob& job, const std::string& path, std
     }
   }
   m.files = std::move(files);
+  // Split replicated files (snapshots on one machine): rank 1 describes no optimizer of its own,
+  // so one it lacks (the ranks' programs differ) would be a manifest that no restore accepts.
+  if (split_replicated_ && !m.optimizer_json.empty() && m.sharding_json.empty() &&
+      std::none_of(m.files.begin(), m.files.end(), [](const auto& f) { return f.role == "optimizer"; }))
+    throw CheckpointError(rank_, "checkpoint " + path + " not committed: rank 1 wrote no optimizer state, rank 0 has an "
+                                 "optimizer (the ranks' training states differ)");
   if (!m.rank_state.empty() && m.rank_state.size() != static_cast<size_t>(m.world_size))
     throw CheckpointError(rank_, "checkpoint " + path + " not committed: " + std::to_string(m.rank_state.size()) + " of " +
                                      std::to_string(m.world_size) + " ranks reported state of their own (the ranks' "
@@ -273,20 +280,29 @@ void Checkpointer::Impl::retire_old() {
   const auto listed = ckpt::list_checkpoints(owner_.dir_, /*read_manifests=*/!is_snapshots_);
   const int keep = owner_.options_.keep_last > 0 ? owner_.options_.keep_last : 1 << 30;
   const auto retired = ckpt::retired_checkpoints(listed, keep, owner_.options_.keep_every_steps);
-  // Snapshots keep this rank's files of what they retire for the next one (spare_dir()).
-  std::string spare;
-  if (is_snapshots_ && !retired.empty() && (::mkdir(spare_dir().c_str(), 0700) == 0 || errno == EEXIST))
-    spare = spare_dir();
+  // Snapshots keep the files of what they retire for the next one, each in the spare directory of
+  // the rank that writes it: this rank's own, and on one machine every rank's (each rank waits for
+  // this commit before its next capture takes them over: wait_previous_snapshot). Several
+  // machines: each machine's writer retires its copy, and the other ranks' files go.
+  std::map<std::string, std::string> kept;
+  if (is_snapshots_ && !retired.empty()) {
+    const bool every_rank = rank_ == 0 && other_copies_ == 0;
+    for (int r = every_rank ? 0 : rank_; r <= (every_rank ? ctx_.world_size() - 1 : rank_); ++r) {
+      if (::mkdir(spare_dir(r).c_str(), 0700) != 0 && errno != EEXIST) continue;
+      for (const auto& name : file_names_of(r)) kept[name] = spare_dir(r);
+    }
+  }
   for (const auto& path : retired)
-    if (!ckpt::remove_checkpoint(path, own_file_names(), spare))
-      detail::log_warn("could not fully remove old checkpoint " + path);
+    if (!ckpt::remove_checkpoint(path, kept)) detail::log_warn("could not fully remove old checkpoint " + path);
 }
 
-std::vector<std::string> Checkpointer::Impl::own_file_names() const {
+std::vector<std::string> Checkpointer::Impl::file_names_of(int rank) const {
   std::vector<std::string> names;
-  if (writes_replicated_) names = {"model.safetensors", "optimizer.safetensors"};
-  names.push_back(per_rank_name("shard"));
-  names.push_back(per_rank_name("rank"));
+  const bool machine_writer = rank == rank_ ? writes_replicated_ : rank == 0;
+  if (machine_writer) names.push_back("model.safetensors");
+  if (split_replicated_ ? rank == 1 : machine_writer) names.push_back("optimizer.safetensors");
+  names.push_back(ckpt::per_rank_file_name("shard", rank, ctx_.world_size()));
+  names.push_back(ckpt::per_rank_file_name("rank", rank, ctx_.world_size()));
   return names;
 }
 

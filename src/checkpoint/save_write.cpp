@@ -38,7 +38,7 @@ Checkpointer::Impl::~Impl() {
 }
 
 bool Checkpointer::Impl::writes_files(const SaveJob& job) const {
-  return writes_replicated_ || job.sharded || job.has_rank_state;
+  return writes_replicated_ || job.sharded || job.has_rank_state || (writes_optimizer() && !job.optimizer_json.empty());
 }
 
 nlohmann::json Checkpointer::Impl::part_of(const SaveJob& job) const {
@@ -71,10 +71,10 @@ void Checkpointer::Impl::write_and_commit(const SaveJob& job) {
     if (failed) std::rethrow_exception(failed);
     throw CheckpointError(rank_, error);
   }
-  if (rank_ != 0) {  // shard and rank_state files travel to rank 0 in the part
+  if (rank_ != 0) {  // shard, rank_state and (split) optimizer files travel to rank 0 in the part
     auto& listed = part["files"] = nlohmann::json::array();
     for (const auto& f : files)
-      if (f.role != "model" && f.role != "optimizer")  // another machine's copy of rank 0's files
+      if (!writes_replicated_ || (f.role != "model" && f.role != "optimizer"))  // not a machine's copy of rank 0's
         listed.push_back({{"name", f.name}, {"bytes", f.bytes}, {"xxh3", ckpt::to_hex(f.xxh3)}, {"role", f.role}});
   }
   report(job, part);
@@ -126,10 +126,9 @@ std::vector<ckpt::ManifestFile> Checkpointer::Impl::write_files(const SaveJob& j
     return ckpt::write_tensor_file(path, name, tensors, rank_, direct, reuse);
   };
   try {
-    if (writes_replicated_) {
-      add(write("model.safetensors", job.model), "model");
-      if (!job.optimizer_json.empty() && !job.sharded) add(write("optimizer.safetensors", job.optimizer), "optimizer");
-    }
+    if (writes_replicated_) add(write("model.safetensors", job.model), "model");
+    if (writes_optimizer() && !job.optimizer_json.empty() && !job.sharded)
+      add(write("optimizer.safetensors", job.optimizer), "optimizer");
     if (job.sharded) add(write(shard_name, job.shard), "shard");
     if (job.has_rank_state) add(write(rank_name, job.rank_tensors), "rank_state");
     ckpt::fsync_dir(path, rank_);
@@ -142,7 +141,6 @@ std::vector<ckpt::ManifestFile> Checkpointer::Impl::write_files(const SaveJob& j
 }
 
 void Checkpointer::Impl::start(SaveJob job) {
-  wait_previous_snapshot(job);
   if (!writes_files(job) && rank_ != 0) {
     // Nothing to write here (a replicated model on a rank other than its writer): the rank's part
     // is its RNG state, reported now. A thread per save only to set one key cost a snapshot every

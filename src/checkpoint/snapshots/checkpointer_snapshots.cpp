@@ -40,6 +40,7 @@ void Checkpointer::Impl::open_snapshots() {
   inner.program_ = ckpt::program_identity(rank_);
   inner.writes_replicated_ = rank_ == 0 || ctx_.local_rank() == 0;
   inner.other_copies_ = machines - 1;
+  inner.split_replicated_ = machines == 1 && ctx_.world_size() > 1;
   // State held per rank (shards, a comm hook's) goes to a buddy on another machine too.
   if (machines > 1) inner.buddies_ = ckpt::make_buddies(ctx_);
 }

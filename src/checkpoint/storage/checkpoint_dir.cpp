@@ -124,7 +124,7 @@ std::string verify_checkpoint(const std::string& path, bool per_rank_files) {
   return {};
 }
 
-bool remove_checkpoint(const std::string& path, const std::vector<std::string>& keep, const std::string& keep_dir) {
+bool remove_checkpoint(const std::string& path, const std::map<std::string, std::string>& keep) {
   bool clean = true;
   const std::string manifest = path + "/" + kManifestName;
   if (::unlink(manifest.c_str()) == 0) {
@@ -135,8 +135,8 @@ bool remove_checkpoint(const std::string& path, const std::vector<std::string>& 
     }
   }
   for (const auto& name : entries_of(path)) {
-    const bool kept = !keep_dir.empty() && std::find(keep.begin(), keep.end(), name) != keep.end() &&
-                      ::rename((path + "/" + name).c_str(), (keep_dir + "/" + name).c_str()) == 0;
+    const auto to = keep.find(name);
+    const bool kept = to != keep.end() && ::rename((path + "/" + name).c_str(), (to->second + "/" + name).c_str()) == 0;
     clean &= kept || ::unlink((path + "/" + name).c_str()) == 0;
   }
   clean &= ::rmdir(path.c_str()) == 0;

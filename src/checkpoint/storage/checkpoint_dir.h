@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -43,11 +44,10 @@ std::string check_file_contents(const ManifestFile& expected, const char* data, 
 
 /// Removes a checkpoint so that no crash leaves it looking valid: the manifest goes first (and
 /// that is made durable), then the files and the directory. Errors are ignored but counted in the
-/// return value (false: something remained). Files named in `keep` are moved into `keep_dir` (an
-/// existing directory) instead of removed: a retired snapshot's pages, kept for the next one to
-/// overwrite (the Checkpointer's spare_dir()).
-bool remove_checkpoint(const std::string& path, const std::vector<std::string>& keep = {},
-                       const std::string& keep_dir = "");
+/// return value (false: something remained). A file named in `keep` (name → an existing
+/// directory) is moved into that directory instead of removed: a retired snapshot's pages, kept
+/// for the next one to overwrite (the Checkpointer's spare_dir() of the rank that writes it).
+bool remove_checkpoint(const std::string& path, const std::map<std::string, std::string>& keep = {});
 
 /// Removes `<name>.tmp-*` files in `path` for each of `names`: what an interrupted writer of those
 /// names left behind. Only the writer of a name calls this, so it cannot hit a write in progress.

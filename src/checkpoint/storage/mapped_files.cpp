@@ -87,6 +87,11 @@ FileRecord FileMappings::commit(const Mapping& m, const std::string& from, const
     const int err = errno;
     throw CheckpointError(rank_, "could not rename " + from + " to " + to + ": " + std::strerror(err));
   }
+  // What was renamed is the file these bytes are in, not one put at `from` meanwhile (a retired
+  // file moved there by a commit this rank stopped waiting for): else the hash would be of other bytes.
+  struct stat st {};
+  if (::stat(to.c_str(), &st) != 0 || st.st_dev != m.dev || st.st_ino != m.ino)
+    throw CheckpointError(rank_, "could not commit " + to + ": another file replaced " + from + " while it was written");
   return {name, m.bytes, hasher.digest()};
 }
 

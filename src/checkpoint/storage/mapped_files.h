@@ -49,7 +49,8 @@ class FileMappings {
   Mapping& map(const std::string& path, uint64_t bytes);
   /// Commits a mapped file: hashes its bytes, fsyncs them (written through the mapping: durable
   /// on a disk too), and renames `from` (the path it was mapped at) to `dir/name`. The directory
-  /// still needs fsync_dir(). The mapping stays for the next save that takes the file over.
+  /// still needs fsync_dir(). The mapping stays for the next save that takes the file over. A
+  /// CheckpointError when the file renamed is not the mapped one (another was moved to `from`).
   FileRecord commit(const Mapping& m, const std::string& from, const std::string& dir, const std::string& name);
   size_t size() const { return mappings_.size(); }
 

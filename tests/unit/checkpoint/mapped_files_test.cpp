@@ -2,7 +2,8 @@
 // committed file holds exactly the bytes written through its mapping, with their hash; a retired
 // file taken over again comes back to its kept mapping (the same pages, none mapped anew); a
 // different size is mapped again and the file cut to it; a deleted file's mapping is let go at the
-// next save (its pages freed); what is not a regular file is refused. The full file system is
+// next save (its pages freed); what is not a regular file is refused; a commit that would rename
+// another file than the mapped one fails. The full file system is
 // tests/integration/checkpoint_process_test.cpp (SnapshotFullDisk). No torch.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -132,5 +133,25 @@ TEST(MappedFiles, WhatIsNotARegularFileIsRefusedWithTheReason) {
   }
   EXPECT_FALSE(fs::exists(dir + "/elsewhere")) << "a link's target was made";
   EXPECT_EQ(files.size(), 0u);
+  fs::remove_all(dir);
+}
+
+// A retired file moved to the mapped path while the capture wrote (a commit whose wait gave up):
+// the rename takes that file, and the commit says so instead of recording this mapping's hash for it.
+TEST(MappedFiles, ACommitThatWouldRenameAnotherFileFailsNamingIt) {
+  const std::string dir = mapped_dir("replaced");
+  FileMappings files(2);
+  files.begin_save();
+  const Mapping& m = files.map(dir + "/spare", 8192);
+  fill_mapping(m, 4);
+  { std::ofstream(dir + "/retired") << "an older snapshot's bytes"; }
+  fs::rename(dir + "/retired", dir + "/spare");
+  try {
+    files.commit(m, dir + "/spare", dir + "/step", "f");
+    ADD_FAILURE() << "another file was committed as the mapped one";
+  } catch (const cohort::CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("another file replaced " + dir + "/spare"), std::string::npos) << e.what();
+    EXPECT_EQ(e.rank(), 2);
+  }
   fs::remove_all(dir);
 }

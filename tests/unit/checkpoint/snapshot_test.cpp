@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 
 #include "checkpoint/storage/checkpoint_dir.h"
@@ -193,9 +194,46 @@ TEST(Snapshots, TheRetiredFilesAreOverwrittenInPlaceByTheNextOnes) {
   }
   EXPECT_NE(files[1].first, files[0].first);
   EXPECT_EQ(committed_steps(memory), (std::set<int64_t>{7, 8}));  // the waiting files are no step
+  // On one machine the replicated files are split: rank 0 writes the model, rank 1 the optimizer
+  // state, and each waits in the spare directory of the rank that writes it next.
+  std::string problem;
+  const auto manifest = ckpt::read_manifest(snapshot_step(memory, 8).string(), &problem);
+  ASSERT_TRUE(manifest.has_value()) << problem;
+  std::map<std::string, int> writer;
+  for (const auto& f : manifest->files) writer[f.role] = f.rank;
+  EXPECT_EQ(writer, (std::map<std::string, int>{{"model", 0}, {"optimizer", 1}}));
+  const fs::path job_dir = snapshot_step(memory, 8).parent_path();
+  EXPECT_TRUE(fs::is_regular_file(job_dir / ".spare-0" / "model.safetensors"));
+  EXPECT_TRUE(fs::is_regular_file(job_dir / ".spare-1" / "optimizer.safetensors"));
+  EXPECT_FALSE(fs::exists(job_dir / ".spare-0" / "optimizer.safetensors"));
   const Restored r = restore(disk, memory);
   EXPECT_EQ(r.step, 8);
   EXPECT_TRUE(r.from_snapshot);
+  fs::remove_all(disk);
+  fs::remove_all(memory);
+}
+
+// Split, the snapshot needs rank 1's optimizer state: a rank 1 whose training state has no
+// optimizer (rank 0's has one) fails each snapshot with the reason, and none is committed that no
+// restore would take.
+TEST(Snapshots, ARankOneWithoutRankZerosOptimizerFailsTheSnapshotsWithTheReason) {
+  const fs::path disk = fresh("disk_no_optimizer"), memory = fresh("memory_no_optimizer");
+  const auto batches = make_batches(3, 8);
+  ::testing::internal::CaptureStderr();
+  run_ranks(kWorld, [&](std::shared_ptr<Context> ctx) {
+    SnapshotTrainer t(ctx);
+    Checkpointer checkpoints(disk.string(), ctx, {.snapshot_every_steps = 1, .snapshot_dir = memory.string()});
+    TrainingState state = t.state();
+    if (t.rank == 1) state.optimizer = nullptr;
+    for (int s = 0; s < 3; ++s) {
+      t.step(batches[s]);
+      checkpoints.maybe_save(state);
+    }
+    checkpoints.wait();
+  }, kOneMachine);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("not committed: rank 1 wrote no optimizer state, rank 0 has an optimizer"), std::string::npos) << err;
+  EXPECT_TRUE(committed_steps(memory).empty());
   fs::remove_all(disk);
   fs::remove_all(memory);
 }
