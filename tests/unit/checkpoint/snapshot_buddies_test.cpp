@@ -273,6 +273,23 @@ TEST(SnapshotBuddies, ShrinkingToTheSurvivingMachineReshardsFromItsCopies) {
   fs::remove_all(memory);
 }
 
+// On one machine rank 0 retires every rank's files, each into the spare directory of the rank that
+// writes it next (there the next snapshot overwrites it in place), and the state restores bitwise.
+TEST(SnapshotBuddies, OnOneMachineEachRanksRetiredShardWaitsInItsOwnSpareDirectory) {
+  const fs::path disk = fresh("disk_one_machine"), memory = fresh("memory_one_machine");
+  const ShardedRun saved = run_sharded(disk, memory, 2, 2, false);  // 3 snapshots: step 1's retired
+  fs::path job;
+  for (const auto& sub : fs::directory_iterator(memory / "machine0")) job = sub.path();  // the one ckpt-<hash>
+  for (int r = 0; r < 2; ++r) {
+    const fs::path spare = job / (".spare-" + std::to_string(r));
+    EXPECT_TRUE(fs::is_regular_file(spare / ("shard-0000" + std::to_string(r) + "-of-00002.safetensors"))) << spare;
+  }
+  EXPECT_FALSE(fs::exists(job / ".spare-1" / "model.safetensors")) << "rank 0's file";
+  expect_restored_from_memory(run_sharded(disk, memory, 2, 2, true), saved);
+  fs::remove_all(disk);
+  fs::remove_all(memory);
+}
+
 // Three machines: none holds every shard (each its own and its buddy's), so at restore every
 // machine gets what it lacks from the others, the replaced one included.
 TEST(SnapshotBuddies, OnThreeMachinesEachGetsTheShardsItLacksFromTheOthers) {
