@@ -33,8 +33,9 @@ SaveJob Checkpointer::Impl::capture(const TrainingState& state, bool copy) {
     job.epoch = s.epoch;
     job.sampler_json = s.to_json();
   }
-  // Snapshots: the previous one committed first (wait_previous_snapshot says why), and so retired: on one machine
-  // its files of this rank wait in this rank's spare directory before the capture takes them over.
+  // Snapshots: the previous one committed first (wait_previous_snapshot says why), and so retired:
+  // on one machine this rank's files of it wait in its spare directory before the capture takes
+  // them over.
   if (copy && is_snapshots_) wait_previous_snapshot(job);
   job.rng = ckpt::capture_rng(*state.module, rank_);
   if (copy && is_snapshots_) mappings_.begin_save();
