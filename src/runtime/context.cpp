@@ -432,7 +432,6 @@ std::shared_ptr<Context> init(InitOptions options) {
   apply_env_overrides(options, env.rank);
   set_num_threads(options.threads);
   if (options.retain_freed_memory) retain_freed_memory();
-  if (env.local_rank == 0) report_openblas_core();
   detail::log_info("joining a job of " + std::to_string(env.world_size) + " (from " + env.source +
                    " variables), store " +
                    (env.store_file.empty() ? env.master_addr + ":" + std::to_string(env.master_port) : env.store_file));
@@ -452,6 +451,8 @@ std::shared_ptr<Context> init(InitOptions options) {
   auto store = connect_store(env, options);
   auto ctx = std::make_shared<Context>(env, store, options);
   detail::log_info("joined: rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size));
+  // Advice for a process that trains, after it joined: a job that cannot start says only why.
+  if (env.local_rank == 0) report_openblas_core();
   return ctx;
 }
 
