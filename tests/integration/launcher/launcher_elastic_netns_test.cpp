@@ -251,6 +251,19 @@ class LauncherElasticNetns : public ::testing::Test {
     return found;
   }
 
+  // For a failure's message: the nodes' agents stopped (SIGKILL after 1 s) and the tail of what
+  // each wrote to stderr, which nothing reads while a test waits on the sample logs.
+  static std::string agents_said(std::initializer_list<Child*> nodes) {
+    std::string out;
+    int i = 0;
+    for (Child* c : nodes) {
+      const Result r = c->wait(1);
+      out += "--- node " + std::to_string(i++) + " (" + std::to_string(r.err.size()) + " bytes on stderr):\n" +
+             r.err.substr(r.err.size() > 3000 ? r.err.size() - 3000 : 0) + "\n";
+    }
+    return out;
+  }
+
   std::string ip_;
   std::unique_ptr<NamespaceStar> star_;
   TempDir dir_;
@@ -262,7 +275,7 @@ TEST_F(LauncherElasticNetns, LinkCutShrinksTheJobAndTheReturningNodeGrowsIt) {
   Child n0(node(0)), n1(node(1)), n2(node(2));
   // Round 0 on three nodes has made progress (and checkpoints) ...
   ASSERT_TRUE(wait_for_logs(prefix_, 120, [](const SampleLogs& l) { return l.last_step(0) >= 10; }))
-      << "round 0 did not get to step 10";
+      << "round 0 did not get to step 10\n" << agents_said({&n0, &n1, &n2});
   ASSERT_TRUE(star_->set_link(2, false));  // ... when node 2's network goes away.
   // Node 2 hears nothing from the host and stops; the other two form round 1 at world size 2.
   Result r2 = n2.wait(60);
@@ -295,7 +308,7 @@ TEST_F(LauncherElasticNetns, LinkCutShrinksTheJobAndTheReturningNodeGrowsIt) {
 TEST_F(LauncherElasticNetns, KilledNodeLeavesTwoThatFinish) {
   Child n0(node(0)), n1(node(1)), n2(node(2));
   ASSERT_TRUE(wait_for_logs(prefix_, 120, [](const SampleLogs& l) { return l.last_step(0) >= 10; }))
-      << "round 0 did not get to step 10";
+      << "round 0 did not get to step 10\n" << agents_said({&n0, &n1, &n2});
   kill(n2.pid(), SIGKILL);  // node 2's agent (ip netns exec execs it); its worker dies with it
   Result r0 = n0.wait(240), r1 = n1.wait(240);
   ASSERT_FALSE(r0.timed_out || r1.timed_out);
