@@ -1,8 +1,9 @@
 // In-memory snapshots (CheckpointOptions::snapshot_every_steps, issue 19): the newest two kept,
 // restore taking the newest of snapshots and checkpoints bitwise, a snapshot torn by a kill during
 // its copy or corrupted afterwards skipped for the one before (never trained on), newer snapshots
-// dropped when a restore goes back further, and no snapshots where they cannot work. Ranks are
-// threads (thread_ranks.h); the kills of real workers are in tests/integration/recovery_test.cpp.
+// dropped when a restore goes back further, the replicated files split between ranks 0 and 1 and
+// written in place, and no snapshots where they cannot work. Ranks are threads (thread_ranks.h);
+// the kills of real workers are in tests/integration/recovery_test.cpp.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <torch/torch.h>
