@@ -287,7 +287,8 @@ void Checkpointer::Impl::retire_old() {
   std::map<std::string, std::string> kept;
   if (is_snapshots_ && !retired.empty()) {
     const bool every_rank = rank_ == 0 && other_copies_ == 0;
-    for (int r = every_rank ? 0 : rank_; r <= (every_rank ? ctx_.world_size() - 1 : rank_); ++r) {
+    const int first = every_rank ? 0 : rank_, last = every_rank ? ctx_.world_size() - 1 : rank_;
+    for (int r = first; r <= last; ++r) {
       if (::mkdir(spare_dir(r).c_str(), 0700) != 0 && errno != EEXIST) continue;
       for (const auto& name : file_names_of(r)) kept[name] = spare_dir(r);
     }
