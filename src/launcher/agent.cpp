@@ -14,6 +14,7 @@
 
 #include <signal.h>
 #include <string.h>  // sigabbrev_np
+#include <sys/prctl.h>  // PR_SET_CHILD_SUBREAPER
 
 #include <functional>
 #include <iostream>
@@ -178,6 +179,9 @@ int run_rounds(RunOptions& o, RendezvousResult& rdzv, SignalPipe& signals, JobMo
   const bool warm_spares = o.warm_spares && watch.link != nullptr;
   if (o.warm_spares && !warm_spares) std::cerr << "cohort run: warning: no worker link, so no warm spares\n";
   StandbyWorkers standby;
+  // --keep-survivors: a released spare forks the next one, which must become our child to be
+  // reaped and stopped like the others: orphans of our descendants come to us (standby.h).
+  if (warm_spares && o.keep_survivors && ::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0) standby.enable_forking(watch.link.get());
   StoreHost store_host;  // node 0, --keep-survivors on several nodes: the workers' store (store_host.h)
   int repairs = 0;  // workers replaced while the others kept running (--keep-survivors), all rounds
 
@@ -188,6 +192,7 @@ int run_rounds(RunOptions& o, RendezvousResult& rdzv, SignalPipe& signals, JobMo
     // 1. Start this node's workers for the round: the warm spares when they were started for
     //    exactly these places (standby.h), else new processes.
     WorkerGroup group;
+    group.fork_through(&standby);  // a replacement's "go" may ask it to fork the next spare (standby.h)
     const std::vector<WorkerPlace> places = local_places(o, assignment, watch);
     bool warm_start = false;
     try {
@@ -279,7 +284,7 @@ int run_rounds(RunOptions& o, RendezvousResult& rdzv, SignalPipe& signals, JobMo
       monitor.round_failed(outcome);
       std::cerr << repair->notice << std::flush;
       ++repairs;
-      monitor.replaced(repair->notice, grant->rank, grant->generation, restarts);
+      monitor.replaced(repair->notice, grant->rank, grant->generation, restarts, repair->spare);
     }
     if (outcome.kind != Outcome::succeeded) monitor.round_failed(outcome);
     if (outcome.kind == Outcome::succeeded) {

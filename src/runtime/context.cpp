@@ -41,6 +41,7 @@
 #include "runtime/host/blas_core.h"
 #include "runtime/agent_link/flight_recorder.h"
 #include "runtime/agent_link/rejoin_watch.h"
+#include "runtime/agent_link/spare_fork.h"
 #include "worker_identity.h"
 
 namespace cohort {
@@ -91,14 +92,9 @@ void apply_env_overrides(InitOptions& options, int rank) {
 void wait_if_standby(JobEnv& env) {
   auto standby = process_env("COHORT_STANDBY");
   if (!standby || *standby != "1") return;
-  detail::AgentLink* link = detail::agent_link();
-  if (link == nullptr || link->own_socket().empty()) {
-    throw ConfigError(env.rank, "COHORT_STANDBY=1 but there is no link to a cohort run agent to release this "
-                                "worker (COHORT_AGENT_SOCKET unset or unusable)");
-  }
-  detail::log(detail::LogLevel::debug, "standing by for round " + std::to_string(env.restart_count));
-  // A spare that replaces one worker of a running round (--keep-survivors) learns its generation here.
-  const int generation = link->wait_until_released();
+  // A spare that replaces one worker of a running round (--keep-survivors) learns its generation
+  // here, and may first fork the next spare (spare_fork.h).
+  const int generation = detail::wait_as_standby(env);
   if (generation >= 0) env.generation = generation;
 }
 

@@ -104,6 +104,13 @@ void expect_survivors_keep_running(int sig, int faults, const std::string& launc
     EXPECT_TRUE(contains(line, "\"source\":\"snapshot\"")) << line;
   }
   EXPECT_EQ(recovered, static_cast<size_t>(faults));
+  // A place's first replacement is the spare the agent started; each later one a spare that the
+  // replacement before it forked (spare_fork.h), which loads nothing again. Two places: at most
+  // two replacements are not forks.
+  size_t forked = 0;
+  for (const auto& line : cohort::testing::lines(events))
+    forked += contains(line, "\"kind\":\"replaced\"") && contains(line, "\"spare\":\"forked\"");
+  EXPECT_GE(forked + 2, static_cast<size_t>(faults)) << story();
   if (sig == SIGSTOP) {  // each hang: the survivor's flight record, written before the repair
     for (int g = 1; g <= faults; ++g) {
       std::smatch m;

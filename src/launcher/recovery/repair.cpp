@@ -50,20 +50,30 @@ std::optional<Repair> replace_worker(const RunOptions& o, const Outcome& outcome
   std::vector<std::string> env = worker_env;
   env.push_back("COHORT_GENERATION=" + std::to_string(grant.generation));
   try {
+    // With forking on (--warm-spares, standby.h) the replacement's "go" asks it to fork the next
+    // spare for its place first; so a new process starts as a standby too, released at once.
+    const bool fork = spares.forking();
     if (auto spare = spares.take_for(workers[lost].place, *watch.link)) {
-      group.replace(lost, *spare, /*standby=*/true);
+      group.replace(lost, spare->process, /*standby=*/true, fork);
       r.warm = true;
+      r.spare = spare->forked ? "forked" : "warm";
+    } else if (fork) {
+      group.replace(lost, StandbyWorkers::start_one(workers[lost].place, o.command, worker_env), /*standby=*/true, fork);
+      r.spare = "new";
     } else {
+      r.spare = "new";
       group.replace(lost, spawn_worker(o.command, worker_environment(current_environment(), workers[lost].place, env)),
                     /*standby=*/false);
     }
   } catch (const std::exception&) {
     return std::nullopt;  // no process: the round ends, and its restart says why
   }
-  if (r.warm) group.release_standby(*watch.link, grant.generation);
+  group.release_standby(*watch.link, grant.generation);  // spares now, a new standby once it stood by
   send_rejoin(group, watch, grant.generation, lost);
   r.notice = "cohort run: rank " + std::to_string(grant.rank) + " " + outcome.failure->how + "; " +
-             (r.warm ? "a warm spare replaces it" : "replacing it") + " while the other ranks keep running (generation " +
+             (r.spare == "forked" ? "a warm spare (forked by the one before it) replaces it"
+                                  : r.warm        ? "a warm spare replaces it"
+                                                  : "replacing it") + " while the other ranks keep running (generation " +
              std::to_string(grant.generation) + ", restart " + std::to_string(grant.restarts) + " of " +
              std::to_string(o.max_restarts) + ")\n";
   return r;

@@ -38,6 +38,7 @@ struct Watch;
 
 struct Repair {
   bool warm = false;   // a warm spare took the place
+  std::string spare;   // what took it: "forked" (a spare forked by the one before it), "warm", "new"
   std::string notice;  // "cohort run: rank 1 ... replaced ...\n"
 };
 

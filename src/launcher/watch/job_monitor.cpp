@@ -188,10 +188,12 @@ void JobMonitor::restarting(const std::string& notice, int restarts) {
   hub_->job_event("restart", line, {{"restarts", restarts}, {"reason", line}});
 }
 
-void JobMonitor::replaced(const std::string& notice, int rank, int generation, int restarts) {
+void JobMonitor::replaced(const std::string& notice, int rank, int generation, int restarts, const std::string& spare) {
   if (!hub_) return;
   const std::string line = first_line(notice);
-  hub_->job_event("replaced", line, {{"rank", rank}, {"generation", generation}, {"restarts", restarts}, {"reason", line}});
+  nlohmann::json fields = {{"rank", rank}, {"generation", generation}, {"restarts", restarts}, {"reason", line}};
+  if (!spare.empty()) fields["spare"] = spare;
+  hub_->job_event("replaced", line, fields);
 }
 
 void JobMonitor::finished(int exit_code) {

@@ -50,7 +50,8 @@ class JobMonitor {
   void restarting(const std::string& notice, int restarts);
   /// A failed worker was replaced alone and the others rejoin (--keep-survivors): the hub counts
   /// the recovery from here, as from a round's start.
-  void replaced(const std::string& notice, int rank, int generation, int restarts);
+  /// `spare`: what replaced the worker, when this node did (repair.h: "forked", "warm", "new").
+  void replaced(const std::string& notice, int rank, int generation, int restarts, const std::string& spare = "");
   /// The job is over with this exit code; closes the dashboard's live streams.
   void finished(int exit_code);
 

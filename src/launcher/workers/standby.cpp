@@ -1,6 +1,7 @@
 // Warm spares: starting, matching and discarding the next round's workers. See standby.h.
 #include "launcher/workers/standby.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -48,17 +49,107 @@ std::vector<StandbyProcess> StandbyWorkers::take() { return std::exchange(standb
 
 void StandbyWorkers::top_up(const std::vector<WorkerPlace>& places, const std::vector<std::string>& command,
                             const std::vector<std::string>& extra_env) {
-  const std::vector<std::string> base = current_environment();
-  std::vector<std::string> extra = extra_env;
-  extra.push_back("COHORT_STANDBY=1");
+  settle_forks();
   for (const WorkerPlace& place : places) {
-    bool covered = false;
-    for (const StandbyProcess& s : standby_) covered = covered || worker_variables(s.place) == worker_variables(place);
-    if (!covered) standby_.push_back({place, spawn_worker(command, worker_environment(base, place, extra))});
+    if (!covered(place, /*or_forking=*/true)) standby_.push_back({place, start_one(place, command, extra_env)});
   }
 }
 
-std::optional<SpawnedProcess> StandbyWorkers::take_for(const WorkerPlace& place, const WorkerLink& link) {
+SpawnedProcess StandbyWorkers::start_one(const WorkerPlace& place, const std::vector<std::string>& command,
+                                         const std::vector<std::string>& extra_env) {
+  std::vector<std::string> extra = extra_env;
+  extra.push_back("COHORT_STANDBY=1");
+  return spawn_worker(command, worker_environment(current_environment(), place, extra));
+}
+
+bool StandbyWorkers::covered(const WorkerPlace& place, bool or_forking) const {
+  const auto variables = worker_variables(place);
+  for (const StandbyProcess& s : standby_)
+    if (worker_variables(s.place) == variables) return true;
+  if (or_forking)
+    for (const PendingFork& f : pending_)
+      if (worker_variables(f.place) == variables) return true;
+  return false;
+}
+
+bool StandbyWorkers::release_forking(const WorkerPlace& place, pid_t pid, int generation) {
+  if (fork_link_ == nullptr) return false;
+  int out[2], err[2];
+  if (::pipe2(out, O_CLOEXEC) != 0) return false;
+  if (::pipe2(err, O_CLOEXEC) != 0) {
+    ::close(out[0]);
+    ::close(out[1]);
+    return false;
+  }
+  const std::string go = R"({"type":"go","fork":true,"generation":)" + std::to_string(generation) + "}";
+  const bool sent = fork_link_->request(pid, go, {out[1], err[1]});
+  ::close(out[1]);  // the successor holds its own copies
+  ::close(err[1]);
+  if (!sent) {
+    ::close(out[0]);
+    ::close(err[0]);
+    return false;
+  }
+  pending_.push_back({place, pid, out[0], err[0], std::chrono::steady_clock::now()});
+  return true;
+}
+
+void StandbyWorkers::settle_forks() {
+  if (fork_link_ == nullptr) return;
+  // Successors of forks given up on (discard()): stopped as soon as their spare names them.
+  for (auto it = abandoned_.begin(); it != abandoned_.end();) {
+    if (auto answer = fork_link_->take_fork_answer(*it)) {
+      SpawnedProcess p{answer->spare, -1, -1};
+      if (p.pid > 0) kill_and_reap(p);
+      it = abandoned_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  const auto now = std::chrono::steady_clock::now();
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    const PendingFork f = *it;
+    const std::optional<ForkAnswer> answer = fork_link_->take_fork_answer(f.released);
+    if (!answer && now - f.asked < kForkAnswerTimeout) {
+      ++it;
+      continue;
+    }
+    it = pending_.erase(it);
+    SpawnedProcess p{answer ? answer->spare : -1, f.stdout_fd, f.stderr_fd};
+    // Only a live child of ours can be a spare: the agent reaps and stops it like those it starts.
+    const bool alive_child = p.pid > 0 && ::waitpid(p.pid, nullptr, WNOHANG) == 0;
+    if (alive_child && !covered(f.place, /*or_forking=*/false)) {
+      ::fcntl(p.stdout_fd, F_SETFL, O_NONBLOCK);
+      ::fcntl(p.stderr_fd, F_SETFL, O_NONBLOCK);
+      standby_.push_back({f.place, p, /*forked=*/true});
+      continue;
+    }
+    if (!answer) abandoned_.push_back(f.released);
+    if (!alive_child) {
+      const std::string why = !answer                  ? "no answer within " + std::to_string(kForkAnswerTimeout.count()) + " s"
+                              : !answer->refused.empty() ? answer->refused
+                                                         : "its successor (pid " + std::to_string(p.pid) + ") is gone";
+      std::cerr << "cohort run: warning: the warm spare released as rank " << f.place.job.rank
+                << " did not fork the next spare (" << why << "); a new process will be" << std::endl;
+      p.pid = -1;
+    }
+    kill_and_reap(p);
+  }
+}
+
+void StandbyWorkers::kill_and_reap(SpawnedProcess& p) {
+  if (p.pid > 0) {
+    ::kill(-p.pid, SIGKILL);  // its process group: the worker and whatever it started
+    ::kill(p.pid, SIGKILL);   // a successor forked a moment ago may not lead its group yet
+    ::waitpid(p.pid, nullptr, 0);
+  }
+  for (int fd : {p.stdout_fd, p.stderr_fd})
+    if (fd >= 0) ::close(fd);
+  p = SpawnedProcess{};
+}
+
+std::optional<StandbyProcess> StandbyWorkers::take_for(const WorkerPlace& place, const WorkerLink& link) {
+  settle_forks();
   for (size_t i = 0; i < standby_.size(); ++i) {
     StandbyProcess& s = standby_[i];
     if (worker_variables(s.place) != worker_variables(place)) continue;
@@ -71,7 +162,7 @@ std::optional<SpawnedProcess> StandbyWorkers::take_for(const WorkerPlace& place,
       return std::nullopt;
     }
     if (!link.knows(s.process.pid)) return std::nullopt;  // still starting: a fresh process instead
-    SpawnedProcess p = s.process;
+    StandbyProcess p = s;
     standby_.erase(standby_.begin() + static_cast<std::ptrdiff_t>(i));
     return p;
   }
@@ -79,15 +170,15 @@ std::optional<SpawnedProcess> StandbyWorkers::take_for(const WorkerPlace& place,
 }
 
 void StandbyWorkers::discard() {
-  for (StandbyProcess& s : standby_) {
-    if (s.process.pid > 0) {
-      ::kill(-s.process.pid, SIGKILL);  // its process group: the worker and whatever it started
-      ::waitpid(s.process.pid, nullptr, 0);
-    }
-    ::close(s.process.stdout_fd);
-    ::close(s.process.stderr_fd);
-  }
+  settle_forks();
+  for (StandbyProcess& s : standby_) kill_and_reap(s.process);
   standby_.clear();
+  for (PendingFork& f : pending_) {  // the successor, once named, is stopped (settle_forks())
+    SpawnedProcess pipes{-1, f.stdout_fd, f.stderr_fd};
+    kill_and_reap(pipes);
+    abandoned_.push_back(f.released);
+  }
+  pending_.clear();
 }
 
 }  // namespace cohort::launcher

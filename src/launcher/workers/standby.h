@@ -15,8 +15,17 @@
 // that does not call cohort::init() — it would run ahead instead of waiting — is never adopted
 // (a warning says so once such a spare exits on its own). Their output pipes are not read until they are adopted (the kernel buffers
 // what they print meanwhile). They die with the agent (PR_SET_PDEATHSIG, spawn.h).
+// --keep-survivors: a spare released to replace one worker is asked to fork its successor before
+// it joins (release_forking(); the worker's side is src/runtime/agent_link/spare_fork.h), which
+// costs milliseconds where a new process costs its whole start-up on the cores the job trains on.
+// A replacement for which no spare waits is started as a standby (start_one()) and released as
+// soon as it stands by, to fork in the same way (WorkerGroup::release_standby()).
+// The successor becomes this place's spare once the released one names it; one that refused (a
+// program with threads of its own before init()) or did not answer within kForkAnswerTimeout is
+// replaced by a new process at the next top_up(), with a warning saying why.
 #pragma once
 
+#include <chrono>
 #include <optional>
 #include <string>
 #include <vector>
@@ -31,6 +40,7 @@ class WorkerLink;
 struct StandbyProcess {
   WorkerPlace place;
   SpawnedProcess process;
+  bool forked = false;  // forked by the spare released before it (release_forking())
 };
 
 class StandbyWorkers {
@@ -55,12 +65,43 @@ class StandbyWorkers {
               const std::vector<std::string>& extra_env);
   /// Hands over the spare started for `place` when it waits in init(); std::nullopt otherwise
   /// (none, still starting, or it died: then it is discarded).
-  std::optional<SpawnedProcess> take_for(const WorkerPlace& place, const WorkerLink& link);
+  std::optional<StandbyProcess> take_for(const WorkerPlace& place, const WorkerLink& link);
   /// Kills and reaps the standby workers.
   void discard();
 
+  /// Lets release_forking() ask spares to fork their successors; this process must be a child
+  /// subreaper (PR_SET_CHILD_SUBREAPER) for them to be its children. Answers arrive on `link`.
+  void enable_forking(WorkerLink* link) { fork_link_ = link; }
+  bool forking() const { return fork_link_ != nullptr; }
+  /// Starts one standby worker for `place` (COHORT_STANDBY=1), not kept here: with forking on, a
+  /// replacement for which no spare waits starts so, to fork the next spare once released.
+  static SpawnedProcess start_one(const WorkerPlace& place, const std::vector<std::string>& command,
+                                  const std::vector<std::string>& extra_env);
+  /// Sends "go" (naming `generation`) with "fork" to the spare `pid` just taken for `place`, with
+  /// the successor's stdout and stderr; false when forking is off or the request could not be sent
+  /// (then release it as usual).
+  bool release_forking(const WorkerPlace& place, pid_t pid, int generation);
+
+  static constexpr std::chrono::seconds kForkAnswerTimeout{5};
+
  private:
+  struct PendingFork {
+    WorkerPlace place;
+    pid_t released = -1;  // the spare asked to fork
+    int stdout_fd = -1;   // the successor's pipes, read ends
+    int stderr_fd = -1;
+    std::chrono::steady_clock::time_point asked;
+  };
+  /// Turns the answers that arrived into spares (or warnings); drops forks unanswered too long.
+  void settle_forks();
+  /// A spare waits for `place`, or (or_forking) one is being forked for it.
+  bool covered(const WorkerPlace& place, bool or_forking) const;
+  void kill_and_reap(SpawnedProcess& p);
+
   std::vector<StandbyProcess> standby_;
+  std::vector<PendingFork> pending_;
+  std::vector<pid_t> abandoned_;  // released spares whose successor, once named, is killed (discard())
+  WorkerLink* fork_link_ = nullptr;
   bool warned_ = false;  // a spare exited on its own: said once
 };
 

@@ -58,7 +58,7 @@ void WorkerGroup::adopt(std::vector<StandbyProcess> standby, const std::string& 
   if (!log_dir.empty()) make_dirs(log_dir);
   for (const StandbyProcess& s : standby) {
     add(s.place, s.process, log_dir, tail_lines);
-    unreleased_.push_back(s.process.pid);
+    unreleased_.push_back({s.process.pid, false});
   }
 }
 
@@ -67,10 +67,14 @@ void WorkerGroup::release_standby(WorkerLink& link, int generation) {
   const std::string go = release_generation_ > 0
                              ? R"({"type":"go","generation":)" + std::to_string(release_generation_) + "}"
                              : std::string(R"({"type":"go"})");
-  std::vector<pid_t> still;
-  for (pid_t pid : unreleased_) {
-    if (running(pid) == nullptr) continue;  // it died standing by: reap() reports it
-    if (!link.knows(pid) || !link.request(pid, go)) still.push_back(pid);
+  std::vector<Unreleased> still;
+  for (const Unreleased& u : unreleased_) {
+    const Worker* w = running(u.pid);
+    if (w == nullptr) continue;  // it died standing by: reap() reports it
+    const bool forks = u.fork && forker_ != nullptr && forker_->forking() && release_generation_ > 0;
+    const bool sent = link.knows(u.pid) && (forks ? forker_->release_forking(w->place, u.pid, release_generation_)
+                                                  : link.request(u.pid, go));
+    if (!sent) still.push_back(u);
   }
   unreleased_ = std::move(still);
 }
@@ -87,7 +91,7 @@ void WorkerGroup::add(const WorkerPlace& place, const SpawnedProcess& process, c
   workers_.push_back(std::move(w));
 }
 
-void WorkerGroup::replace(size_t index, const SpawnedProcess& process, bool standby) {
+void WorkerGroup::replace(size_t index, const SpawnedProcess& process, bool standby, bool fork) {
   Worker& w = workers_[index];
   for (int& fd : w.fds) {
     if (fd >= 0) close(fd);
@@ -100,7 +104,7 @@ void WorkerGroup::replace(size_t index, const SpawnedProcess& process, bool stan
   w.wait_status = 0;
   w.rejoinable = false;
   w.replacement = true;
-  if (standby) unreleased_.push_back(process.pid);
+  if (standby) unreleased_.push_back({process.pid, fork});
 }
 
 void WorkerGroup::add_pollfds(std::vector<pollfd>& fds) const {

@@ -50,8 +50,11 @@ class WorkerGroup {
   void adopt(std::vector<StandbyProcess> standby, const std::string& log_dir, size_t tail_lines);
   /// Sends "go" to every adopted worker not yet released whose address the link knows (it learns
   /// it from the worker's first heartbeat, sent while standing by); the others on a later call.
-  /// `generation` > 0: the "go" names it (a spare that replaces one worker, repair.h).
+  /// `generation` > 0: the "go" names it (a spare that replaces one worker, repair.h); one put in
+  /// place with `fork` gets it from fork_through()'s spares, asking it to fork the next spare.
   void release_standby(WorkerLink& link, int generation = 0);
+  /// Where release_standby() sends a "go" that forks (StandbyWorkers::release_forking()).
+  void fork_through(StandbyWorkers* spares) { forker_ = spares; }
   bool releasing() const { return !unreleased_.empty(); }
 
   /// Adds the open output pipes to `fds` (events POLLIN).
@@ -73,9 +76,9 @@ class WorkerGroup {
   WorkerFailure failure_of(const Worker& w) const;
 
   /// Puts `process` (started for workers()[index]'s place, or a standby worker for it, then
-  /// `standby` true: released by release_standby) in the place of that worker, which has exited:
-  /// its output goes on to the same log and tail.
-  void replace(size_t index, const SpawnedProcess& process, bool standby);
+  /// `standby` true: released by release_standby, forking the next spare when `fork`) in the place
+  /// of that worker, which has exited: its output goes on to the same log and tail.
+  void replace(size_t index, const SpawnedProcess& process, bool standby, bool fork = false);
 
   /// Stops every worker still running: SIGTERM to each worker's process group, output relayed
   /// while waiting up to grace_s, then SIGKILL; a second SIGINT/SIGTERM on `signals` skips the
@@ -91,7 +94,12 @@ class WorkerGroup {
   void kill_groups(const std::vector<size_t>& which, int sig);
   bool all_exited(const std::vector<size_t>& which) const;
   std::vector<Worker> workers_;
-  std::vector<pid_t> unreleased_;  // adopted standby workers still waiting for "go"
+  struct Unreleased {
+    pid_t pid = -1;
+    bool fork = false;  // its "go" asks it to fork the next spare (replace())
+  };
+  std::vector<Unreleased> unreleased_;  // adopted standby workers still waiting for "go"
+  StandbyWorkers* forker_ = nullptr;
   int release_generation_ = 0;     // what their "go" names (a repair's generation; 0: none)
 };
 

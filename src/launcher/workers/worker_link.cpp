@@ -128,7 +128,8 @@ std::optional<WorkerMessage> parse_worker_datagram(const char* data, size_t n, p
   *problem = field_problem(j, {{"type", K::string}, {"pid", K::int64}, {"rank", K::integer}, {"step", K::int64},
                                {"reports", K::int64}, {"ddp_iterations", K::int64}, {"collectives", K::int64},
                                {"waiting_in", K::string}, {"waiting_us", K::int64}, {"path", K::string},
-                               {"rejoinable", K::boolean}, {"rejoining", K::boolean}});
+                               {"rejoinable", K::boolean}, {"rejoining", K::boolean},
+                               {"spare", K::int64}, {"refused", K::string}});
   if (problem->empty() && j["pid"].get<int64_t>() != sender_pid) {
     *problem = "pid " + j["pid"].dump() + " sent by process " + std::to_string(sender_pid);
   }
@@ -151,6 +152,10 @@ std::optional<WorkerMessage> parse_worker_datagram(const char* data, size_t n, p
     }
   } else if (m.type == "dumped") {
     m.path = j.value("path", "");
+  } else if (m.type == "forked") {
+    m.fork.spare = static_cast<pid_t>(j.value("spare", int64_t{-1}));
+    m.fork.refused = j.value("refused", "");
+    if (m.fork.spare <= 0 && m.fork.refused.empty()) m.fork.refused = "it named no successor";
   } else if (m.type == "metrics" || m.type == "event") {
     m.body = std::move(j);
   }
@@ -196,21 +201,45 @@ std::vector<WorkerMessage> WorkerLink::receive() {
         from_len > offsetof(sockaddr_un, sun_path) ? from_len - offsetof(sockaddr_un, sun_path) : 0;
     const std::string sender(from.sun_path, ::strnlen(from.sun_path, path_len));
     if (!sender.empty()) senders_[static_cast<pid_t>(m.pid)] = sender;  // unbound senders cannot be answered
+    if (m.type == "forked") fork_answers_[static_cast<pid_t>(m.pid)] = m.fork;
     out.push_back(std::move(m));
   }
   return out;
 }
 
-bool WorkerLink::request(pid_t pid, const std::string& json) {
+bool WorkerLink::request(pid_t pid, const std::string& json, const std::vector<int>& fds) {
   auto it = senders_.find(pid);
-  if (it == senders_.end()) return false;
+  if (it == senders_.end() || fds.size() > 4) return false;
   sockaddr_un to{};
   to.sun_family = AF_UNIX;
   if (it->second.size() >= sizeof(to.sun_path)) return false;
   std::memcpy(to.sun_path, it->second.c_str(), it->second.size() + 1);
-  const ssize_t n = ::sendto(fd_, json.data(), json.size(), MSG_DONTWAIT | MSG_NOSIGNAL,
-                             reinterpret_cast<const sockaddr*>(&to), sizeof(to));
+  iovec iov{const_cast<char*>(json.data()), json.size()};
+  msghdr msg{};
+  msg.msg_name = &to;
+  msg.msg_namelen = sizeof(to);
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))] = {};
+  if (!fds.empty()) {
+    msg.msg_control = control;
+    msg.msg_controllen = CMSG_SPACE(fds.size() * sizeof(int));
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(fds.size() * sizeof(int));
+    std::memcpy(CMSG_DATA(c), fds.data(), fds.size() * sizeof(int));
+  }
+  const ssize_t n = ::sendmsg(fd_, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
   return n == static_cast<ssize_t>(json.size());
+}
+
+std::optional<ForkAnswer> WorkerLink::take_fork_answer(pid_t pid) {
+  auto it = fork_answers_.find(pid);
+  if (it == fork_answers_.end()) return std::nullopt;
+  ForkAnswer a = std::move(it->second);
+  fork_answers_.erase(it);
+  return a;
 }
 
 }  // namespace cohort::launcher

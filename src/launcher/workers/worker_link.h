@@ -44,12 +44,19 @@ struct Heartbeat {
   }
 };
 
+/// A released spare's answer to "go" with "fork" (src/runtime/agent_link/spare_fork.h).
+struct ForkAnswer {
+  pid_t spare = -1;     // its successor, waiting in init()
+  std::string refused;  // else why there is none
+};
+
 struct WorkerMessage {
-  std::string type;  // "heartbeat", "dumped"; unknown types are passed on (and ignored by the supervisor)
+  std::string type;  // "heartbeat", "dumped", "forked"; unknown types are passed on (and ignored by the supervisor)
   int64_t pid = 0;
   int rank = -1;
   Heartbeat heartbeat;  // type "heartbeat"
   std::string path;     // type "dumped": the file written
+  ForkAnswer fork;      // type "forked"
   nlohmann::json body;  // types "metrics" and "event" (monitoring): the whole message, for the hub
 };
 
@@ -76,9 +83,11 @@ class WorkerLink {
   std::vector<WorkerMessage> receive();
   /// Whether this pid has sent a message from an address that can be answered.
   bool knows(pid_t pid) const { return senders_.count(pid) != 0; }
-  /// Sends `json` to the worker with this pid without blocking; false when it is unknown or the
-  /// message was dropped.
-  bool request(pid_t pid, const std::string& json);
+  /// Sends `json` to the worker with this pid without blocking, with copies of `fds` (SCM_RIGHTS);
+  /// false when it is unknown or the message was dropped.
+  bool request(pid_t pid, const std::string& json, const std::vector<int>& fds = {});
+  /// The "forked" answer the released spare `pid` sent (receive() keeps it here); taken once.
+  std::optional<ForkAnswer> take_fork_answer(pid_t pid);
 
  private:
   std::string dir_;
@@ -86,6 +95,7 @@ class WorkerLink {
   int fd_ = -1;
   int lock_fd_ = -1;  // agent.lock, flock()ed while this agent lives (see worker_link.cpp)
   std::map<pid_t, std::string> senders_;  // pid → the path its messages came from
+  std::map<pid_t, ForkAnswer> fork_answers_;  // released spare's pid → its "forked" answer
   uint64_t dropped_ = 0;                  // datagrams dropped (receive())
 };
 

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "runtime/log.h"
 #include "progress.h"
@@ -107,13 +108,21 @@ AgentLink::~AgentLink() {
   if (fd_ >= 0) ::close(fd_);
   if (wake_fd_ >= 0) ::close(wake_fd_);
   if (!own_path_.empty()) ::unlink(own_path_.c_str());
+  for (int fd : {release_.fork_stdout, release_.fork_stderr})  // a fork asked for and never made
+    if (fd >= 0) ::close(fd);
 }
 
-int AgentLink::wait_until_released() {
+AgentLink::Release AgentLink::wait_until_released() {
   // No timeout: the agent releases us or kills us (and its death kills us: PR_SET_PDEATHSIG).
   std::unique_lock<std::mutex> lock(released_mutex_);
   released_cv_.wait(lock, [this] { return released_; });
-  return release_generation_;
+  return std::exchange(release_, Release{release_.generation});  // the descriptors pass to the caller once
+}
+
+void AgentLink::close_after_fork() {
+  if (fd_ >= 0) ::close(fd_);
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+  fd_ = wake_fd_ = -1;
 }
 
 std::optional<int> AgentLink::wait_for_rejoin(int current, std::chrono::milliseconds timeout) {
@@ -198,23 +207,59 @@ void AgentLink::heartbeat() {
   if (send(j.dump())) heartbeats_sent_.fetch_add(1);
 }
 
-void AgentLink::serve_requests() {
-  char buf[8192];
-  for (;;) {
-    sockaddr_un from{};
-    socklen_t from_len = sizeof(from);
-    const ssize_t n = ::recvfrom(fd_, buf, sizeof(buf), MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&from), &from_len);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return;  // nothing more queued
-    // Only the agent may ask (the directory's mode keeps others out; this keeps strays out).
-    const size_t path_len = from_len > offsetof(sockaddr_un, sun_path) ? from_len - offsetof(sockaddr_un, sun_path) : 0;
-    const std::string sender(from.sun_path, strnlen(from.sun_path, path_len));
-    if (sender != options_.agent_socket) continue;
-    serve(std::string(buf, static_cast<size_t>(n)));
+namespace {
+// The descriptors a datagram carried (SCM_RIGHTS), at most two: fds[0], fds[1], else -1.
+void received_descriptors(msghdr& msg, int fds[2]) {
+  fds[0] = fds[1] = -1;
+  int found = 0;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
+      int fd = -1;
+      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+      if (found < 2) fds[found++] = fd; else ::close(fd);  // more than a request carries: not kept
+    }
   }
 }
 
-void AgentLink::serve(const std::string& text) {
+void close_descriptors(int fds[2]) {
+  for (int i = 0; i < 2; ++i) {
+    if (fds[i] >= 0) ::close(fds[i]);
+    fds[i] = -1;
+  }
+}
+}  // namespace
+
+void AgentLink::serve_requests() {
+  char buf[8192];
+  alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))];
+  for (;;) {
+    sockaddr_un from{};
+    iovec iov{buf, sizeof(buf)};
+    msghdr msg{};
+    msg.msg_name = &from;
+    msg.msg_namelen = sizeof(from);
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    const ssize_t n = ::recvmsg(fd_, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return;  // nothing more queued
+    int fds[2];
+    received_descriptors(msg, fds);
+    // Only the agent may ask (the directory's mode keeps others out; this keeps strays out).
+    const socklen_t from_len = msg.msg_namelen;
+    const size_t path_len = from_len > offsetof(sockaddr_un, sun_path) ? from_len - offsetof(sockaddr_un, sun_path) : 0;
+    const std::string sender(from.sun_path, strnlen(from.sun_path, path_len));
+    if (sender == options_.agent_socket && (msg.msg_flags & MSG_CTRUNC) == 0)
+      serve(std::string(buf, static_cast<size_t>(n)), fds);
+    close_descriptors(fds);  // those serve() did not take
+  }
+}
+
+void AgentLink::serve(const std::string& text, int fds[2]) {
   const auto request = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!request.is_object()) return;
   const std::string type = request.value("type", "");
@@ -223,8 +268,14 @@ void AgentLink::serve(const std::string& text) {
     const int generation = g != request.end() && g->is_number_integer() ? g->get<int>() : -1;
     std::lock_guard<std::mutex> lock(released_mutex_);
     if (type == "go") {
+      if (released_) return;  // a repeated "go" (the agent retries dropped ones) changes nothing
       released_ = true;
-      release_generation_ = generation;
+      release_.generation = generation;
+      const auto f = request.find("fork");
+      if (f != request.end() && f->is_boolean() && f->get<bool>() && fds[0] >= 0 && fds[1] >= 0) {
+        release_.fork_stdout = std::exchange(fds[0], -1);
+        release_.fork_stderr = std::exchange(fds[1], -1);
+      }
     } else {
       rejoin_generation_ = std::max(rejoin_generation_, generation);
       g_rejoin_generation.store(rejoin_generation_);
@@ -296,9 +347,17 @@ void start_agent_link(const JobEnv& env) {
   std::call_once(atfork_once, [] {
     ::pthread_atfork(nullptr, nullptr, [] {
       g_link.store(nullptr);
-      (void)the_link().release();
+      if (AgentLink* forgotten = the_link().release()) forgotten->close_after_fork();
     });
   });
+}
+
+void restart_agent_link_after_fork(const JobEnv& env) {
+  {
+    std::lock_guard<std::mutex> lock(g_link_mutex);
+    g_link_started = false;  // the parent's link was forgotten at the fork (above)
+  }
+  start_agent_link(env);
 }
 
 AgentLink* agent_link() { return g_link.load(std::memory_order_acquire); }

@@ -9,7 +9,9 @@
 //   * serves the agent's requests: {"type":"dump","path":P,"reason":R} writes the flight record
 //     (flight_recorder.h) to P (through a temporary file and a rename) and answers "dumped";
 //     {"type":"go"} releases a standby worker (wait_until_released(), `cohort run --warm-spares`),
-//     with "generation" when it replaces one worker of a running round (--keep-survivors);
+//     with "generation" when it replaces one worker of a running round (--keep-survivors), and with
+//     "fork":true and two file descriptors (SCM_RIGHTS: the next spare's stdout and stderr) when the
+//     agent wants the released spare to fork its successor first (spare_fork.h);
 //     {"type":"rejoin","generation":G} tells a survivor of a peer's failure which generation of
 //     process groups to re-form (wait_for_rejoin(), keep_running.h).
 // One JSON object per datagram. Sends never block: when the agent is slow (its queue full) or gone,
@@ -62,20 +64,27 @@ class AgentLink {
   /// A standby worker (COHORT_STANDBY=1) waits here until its agent sends "go": it was started
   /// ahead of time with the next round's variables, and may join only once that round begins.
   /// The heartbeats already sent told the agent where to send it.
-  /// Returns the generation the "go" named (-1: none, a round's start).
-  int wait_until_released();
+  struct Release {
+    int generation = -1;  // the generation the "go" named (-1: none, a round's start)
+    int fork_stdout = -1;  // "fork": the successor's stdout and stderr (this process owns them)
+    int fork_stderr = -1;
+  };
+  Release wait_until_released();
   /// A survivor of a peer's failure waits here for the agent's "rejoin" naming a generation above
   /// `current`; std::nullopt when none comes within `timeout` (no repair: the failure is the job's).
   std::optional<int> wait_for_rejoin(int current, std::chrono::milliseconds timeout);
   /// Sends a heartbeat now (from the link's thread) instead of at the next interval.
   void beat_now();
   uint64_t dumps_written() const { return dumps_written_.load(); }
+  /// In a child forked without exec: closes this process's copies of the link's descriptors; the
+  /// object itself is left alone (its thread does not exist here, its socket is the parent's).
+  void close_after_fork();
 
  private:
   void run();
   void heartbeat();
   void serve_requests();
-  void serve(const std::string& text);
+  void serve(const std::string& text, int fds[2]);
 
   AgentLinkOptions options_;
   sockaddr_un agent_{};
@@ -89,7 +98,7 @@ class AgentLink {
   std::mutex released_mutex_;
   std::condition_variable released_cv_;
   bool released_ = false;  // released_mutex_
-  int release_generation_ = -1;  // released_mutex_: the "go"'s generation
+  Release release_;  // released_mutex_: what the "go" said
   int rejoin_generation_ = -1;   // released_mutex_: the newest "rejoin"'s generation
   std::thread thread_;
 };
@@ -111,6 +120,9 @@ int newest_rejoin_generation();
 void start_agent_link(const JobEnv& env);
 /// This process's link, or nullptr (no agent). The monitor sends its messages through it.
 AgentLink* agent_link();
+/// In a spare forked from a released one (spare_fork.h): this process's own link, from the same
+/// environment, under its own pid.
+void restart_agent_link_after_fork(const JobEnv& env);
 /// Tests: ends the link (if any), so that the next start_agent_link() reads the environment again.
 /// Nothing may be sending meanwhile.
 void stop_agent_link_for_testing();
