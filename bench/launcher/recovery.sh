@@ -7,10 +7,12 @@
 # reports the steps each restart went back (from the run's events.jsonl), and a fourth way where
 # the survivors keep running (--keep-survivors with warm spares and snapshots: only the killed
 # worker is replaced). Runs alternate; prints each median and the ratios. With GOODPUT=1 it also
-# runs cohort (GOODPUT_KIND: cohort-survive by default, or cohort-snap, cohort-warm, cohort) with a
+# runs cohort (GOODPUT_KIND: cohort-survive by default, or cohort-survive-nofork, cohort-snap, cohort-warm, cohort) with a
 # SIGKILL every GOODPUT_EVERY_S seconds (default 30) and reports goodput (useful steps per second
 # with failures / without).
-# Usage: bench/launcher/recovery.sh [REPETITIONS (default 5)]    GOODPUT=1 GOODPUT_EVERY_S=10 bench/launcher/recovery.sh 3
+# Usage: bench/launcher/recovery.sh [REPETITIONS (default 5; 0: goodput only)]
+#        GOODPUT=1 GOODPUT_EVERY_S=10 GOODPUT_PAIRS=3 bench/launcher/recovery.sh 0
+#        GOODPUT=1 GOODPUT_KIND="cohort-survive cohort-survive-nofork" ...: forked spares or new ones
 # Needs a build (bash scripts/setup.sh) and python3-torch.
 # Against torchrun 2.x on the same libtorch:
 #   COHORT_BUILD=build-torch2 PEER_PYTHON=~/.cache/cohort/venv-torch2/bin/python bench/launcher/recovery.sh
@@ -39,8 +41,9 @@ start() {
   if [ "$kind" != torchrun ]; then
     local warm=() snap=()
     [ "$kind" != cohort ] && warm=(--warm-spares)
-    [ "$kind" = cohort-snap ] || [ "$kind" = cohort-survive ] && snap=(--snapshot-every 1)
-    [ "$kind" = cohort-survive ] && warm+=(--keep-survivors)
+    [ "$kind" = cohort-snap ] || [[ "$kind" == cohort-survive* ]] && snap=(--snapshot-every 1)
+    [[ "$kind" == cohort-survive* ]] && warm+=(--keep-survivors)
+    [ "$kind" = cohort-survive-nofork ] && warm+=(--no-fork-spares)
     "$cohort" run --nproc-per-node 2 --threads-per-proc 1 --max-restarts 100 "${warm[@]}" --no-dashboard \
       --run-dir "$dir/run" -- "$example" --no-eval --threads 1 \
       --log-every 0 --max-steps "$steps" --ckpt-dir "$dir/ck" --ckpt-every 10 "${snap[@]}" --report-first-step >"$dir/log" 2>&1 &
@@ -83,7 +86,7 @@ restart_count() { tr '\0' '\n' <"/proc/$1/environ" 2>/dev/null | sed -n 's/^COHO
 # allreduce's segment (/dev/shm/cohort-<pid>-<n>), which a spare waiting in init() has not.
 kill_one() {
   local pid= p n low=
-  if [ "${kind:-}" = cohort-survive ]; then
+  if [[ "${kind:-}" == cohort-survive* ]]; then
     for p in $(pgrep -f -- "$pattern" | grep -vx "$job_pid" || true); do
       grep -qE '/dev/shm/cohort-[0-9]+-[0-9]+' "/proc/$p/maps" 2>/dev/null && pid=$p
     done
@@ -126,6 +129,7 @@ recovery_ms() {
   echo $(( ($(first_steps "$dir" | sed -n 2p) - t_kill) / 1000000 ))
 }
 
+if [ "$reps" -gt 0 ]; then
 echo "recovery time: SIGKILL of one worker -> first completed step after the restart (ms), $reps repetitions"
 echo "machine: $(nproc) cores, $(uname -r); load: $(cut -d' ' -f1-3 /proc/loadavg); torchrun of torch $("$py" -c 'import torch; print(torch.__version__)')"
 k=(); s=(); w=(); c=(); t=(); ls=(); lk=()
@@ -150,19 +154,32 @@ print(f"median: cohort --warm-spares --snapshot-every 1 {ms:.0f} ms, cohort --wa
 print(f"torchrun / cohort with snapshots = {mt / ms:.1f}x, torchrun / cohort --warm-spares = {mt / mw:.1f}x, torchrun / cohort = {mt / mc:.1f}x")
 print(f"steps lost per failure with snapshots: at most {max(lost)} (of {len(lost)} failures)")
 PY
+fi
 
 if [ "${GOODPUT:-0}" = 1 ]; then
   steps=${GOODPUT_STEPS:-1500}
-  kind=${GOODPUT_KIND:-cohort-survive}
+  kinds=(${GOODPUT_KIND:-cohort-survive})
   every=${GOODPUT_EVERY_S:-30}
-  dir="$work/clean"; start "$kind" "$dir" "$steps"; s=$(date +%s%N); wait "$job_pid"; clean=$(( ($(date +%s%N) - s) / 1000000 ))
-  dir="$work/faulty"; start "$kind" "$dir" "$steps"; s=$(date +%s%N); kills=0
-  while kill -0 "$job_pid" 2>/dev/null; do
-    for _ in $(seq $((every * 10))); do kill -0 "$job_pid" 2>/dev/null && sleep 0.1; done
-    kill -0 "$job_pid" 2>/dev/null && kill_one >/dev/null && kills=$((kills + 1))
+  # GOODPUT_PAIRS rounds, each a clean run (of the first kind) and a faulty run of each kind, in
+  # turn. The wall-time ratio of two runs is quoted, but the machine drifts by up to 10 % between
+  # runs; goodput_from_events.py compares each run with itself (see there).
+  pairs=${GOODPUT_PAIRS:-1}; ratios=()
+  for ((p = 0; p < pairs; p++)); do
+    kind=${kinds[0]}; dir="$work/clean-$p"; start "$kind" "$dir" "$steps"; s=$(date +%s%N); wait "$job_pid"
+    clean=$(( ($(date +%s%N) - s) / 1000000 ))
+    for kind in "${kinds[@]}"; do
+      dir="$work/faulty-$kind-$p"; start "$kind" "$dir" "$steps"; s=$(date +%s%N); kills=0
+      while kill -0 "$job_pid" 2>/dev/null; do
+        for _ in $(seq $((every * 10))); do kill -0 "$job_pid" 2>/dev/null && sleep 0.1; done
+        kill -0 "$job_pid" 2>/dev/null && kill_one >/dev/null && kills=$((kills + 1))
+      done
+      wait "$job_pid" || { echo "recovery: the faulty run failed" >&2; tail -20 "$dir/log" >&2; exit 1; }
+      faulty=$(( ($(date +%s%N) - s) / 1000000 ))
+      ratios+=("$(awk -v a="$clean" -v b="$faulty" 'BEGIN{printf "%.4f", a/b}')")
+      echo "goodput ($kind, round $p): $steps steps in $clean ms without failures, $faulty ms with $kills SIGKILLs" \
+           "(one every $every s): wall-time ratio $(awk -v r="${ratios[-1]}" 'BEGIN{printf "%.1f%%", 100*r}')"
+      /usr/bin/python3 bench/launcher/goodput_from_events.py "$work/clean-$p/run/events.jsonl" "$dir/run/events.jsonl" "$every" |
+        sed 's/^/  /'
+    done
   done
-  wait "$job_pid" || { echo "recovery: the faulty run failed" >&2; tail -20 "$dir/log" >&2; exit 1; }
-  faulty=$(( ($(date +%s%N) - s) / 1000000 ))
-  echo "goodput ($kind): $steps steps in $clean ms without failures, $faulty ms with $kills SIGKILLs (one every $every s):" \
-       "goodput $(awk -v a="$clean" -v b="$faulty" 'BEGIN{printf "%.1f%%", 100*a/b}')"
 fi

@@ -181,7 +181,8 @@ int run_rounds(RunOptions& o, RendezvousResult& rdzv, SignalPipe& signals, JobMo
   StandbyWorkers standby;
   // --keep-survivors: a released spare forks the next one, which must become our child to be
   // reaped and stopped like the others: orphans of our descendants come to us (standby.h).
-  if (warm_spares && o.keep_survivors && ::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0) standby.enable_forking(watch.link.get());
+  if (warm_spares && o.keep_survivors && o.fork_spares && ::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0)
+    standby.enable_forking(watch.link.get());
   StoreHost store_host;  // node 0, --keep-survivors on several nodes: the workers' store (store_host.h)
   int repairs = 0;  // workers replaced while the others kept running (--keep-survivors), all rounds
 

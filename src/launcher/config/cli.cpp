@@ -43,6 +43,10 @@ CLI::App* add_run_command(CLI::App& app, RunOptions& o) {
                 "Replace a failed or hung worker alone while the others keep running (programs that train in "
                 "cohort::keep_running(); every node with it and the same --max-restarts, which it needs; "
                 "docs/launcher.md)");
+  run->add_flag("!--no-fork-spares", o.fork_spares,
+                "With --keep-survivors --warm-spares: start each next spare as a new process instead of forking it "
+                "from the spare released before it (for programs that open connections before cohort::init(); "
+                "docs/launcher.md)");
   run->add_option("--tail-lines", o.tail_lines, "Lines of a failed worker's output quoted in the summary")
       ->capture_default_str();
   run->add_option("--hang-timeout,--hang_timeout", o.hang_timeout_s,

@@ -23,6 +23,7 @@ struct RunOptions {
   int max_restarts = 0;          // rounds started again after a worker failure (0: fail fast)
   bool warm_spares = false;      // start the next round's workers ahead of time (standby.h)
   bool keep_survivors = false;   // replace a failed worker alone; the others rejoin (repair.h, keep_running.h)
+  bool fork_spares = true;       // with both: a released spare forks the next one (standby.h); --no-fork-spares
   int tail_lines = 20;           // lines of a failed worker's output quoted in the summary
   double hang_timeout_s = 0;     // a worker silent or without progress this long is hung (0: off)
   bool verbose = false;          // say on stderr where workers started (errors and summaries always print)
