@@ -50,6 +50,17 @@ std::vector<StandbyProcess> StandbyWorkers::take() { return std::exchange(standb
 void StandbyWorkers::top_up(const std::vector<WorkerPlace>& places, const std::vector<std::string>& command,
                             const std::vector<std::string>& extra_env) {
   settle_forks();
+  // Spares for places of an earlier round (a fork answered after the round restarted) go.
+  for (auto it = standby_.begin(); it != standby_.end();) {
+    bool wanted = false;
+    for (const WorkerPlace& place : places) wanted = wanted || worker_variables(place) == worker_variables(it->place);
+    if (wanted) {
+      ++it;
+    } else {
+      kill_and_reap(it->process);
+      it = standby_.erase(it);
+    }
+  }
   for (const WorkerPlace& place : places) {
     if (!covered(place, /*or_forking=*/true)) standby_.push_back({place, start_one(place, command, extra_env)});
   }
@@ -130,7 +141,7 @@ void StandbyWorkers::settle_forks() {
                               : !answer->refused.empty() ? answer->refused
                                                          : "its successor (pid " + std::to_string(p.pid) + ") is gone";
       std::cerr << "cohort run: warning: the warm spare released as rank " << f.place.job.rank
-                << " did not fork the next spare (" << why << "); a new process will be" << std::endl;
+                << " did not fork the next spare (" << why << "); the next spare will be a new process" << std::endl;
       p.pid = -1;
     }
     kill_and_reap(p);
@@ -161,7 +172,9 @@ std::optional<StandbyProcess> StandbyWorkers::take_for(const WorkerPlace& place,
       standby_.erase(standby_.begin() + static_cast<std::ptrdiff_t>(i));
       return std::nullopt;
     }
-    if (!link.knows(s.process.pid)) return std::nullopt;  // still starting: a fresh process instead
+    // Still starting: with forking, it is further along than a new process would be (the group
+    // releases it once it stands by, and it forks the next spare then); without, a fresh process.
+    if (!link.knows(s.process.pid) && !forking()) return std::nullopt;
     StandbyProcess p = s;
     standby_.erase(standby_.begin() + static_cast<std::ptrdiff_t>(i));
     return p;

@@ -60,11 +60,12 @@ class StandbyWorkers {
   /// Hands the standby workers over (to WorkerGroup::adopt); afterwards this is empty.
   std::vector<StandbyProcess> take();
   /// --keep-survivors: spares for this round's own places, one replacement each (repair.h).
-  /// Starts one for each place that has none (keeping those that wait already).
+  /// Starts one for each place that has none (keeping those that wait already, or are being
+  /// forked); stops those waiting for other places (an earlier round's).
   void top_up(const std::vector<WorkerPlace>& places, const std::vector<std::string>& command,
               const std::vector<std::string>& extra_env);
-  /// Hands over the spare started for `place` when it waits in init(); std::nullopt otherwise
-  /// (none, still starting, or it died: then it is discarded).
+  /// Hands over the spare started for `place` when it waits in init() — with forking on, also one
+  /// still starting; std::nullopt otherwise (none, still starting, or it died: then it is discarded).
   std::optional<StandbyProcess> take_for(const WorkerPlace& place, const WorkerLink& link);
   /// Kills and reaps the standby workers.
   void discard();

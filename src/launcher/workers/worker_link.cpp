@@ -18,6 +18,7 @@
 
 #include "cohort/error.h"
 #include "launcher/io/message_check.h"
+#include "runtime/net/unix_datagram.h"
 
 namespace cohort::launcher {
 namespace {
@@ -167,16 +168,9 @@ std::vector<WorkerMessage> WorkerLink::receive() {
   char buf[65536];
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(ucred))];
   for (;;) {
-    sockaddr_un from{};
-    iovec iov{buf, sizeof(buf)};
-    msghdr msg{};
-    msg.msg_name = &from;
-    msg.msg_namelen = sizeof(from);
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
-    const ssize_t n = ::recvmsg(fd_, &msg, MSG_DONTWAIT);
+    detail::UnixDatagram d;
+    const ssize_t n = d.receive(fd_, buf, sizeof(buf), control, sizeof(control));
+    msghdr& msg = d.msg;
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) break;  // nothing more queued
     // The kernel's word for who sent it (SO_PASSCRED): a datagram claiming another process's pid
@@ -196,10 +190,7 @@ std::vector<WorkerMessage> WorkerLink::receive() {
       continue;
     }
     WorkerMessage& m = *parsed;
-    const socklen_t from_len = msg.msg_namelen;
-    const size_t path_len =
-        from_len > offsetof(sockaddr_un, sun_path) ? from_len - offsetof(sockaddr_un, sun_path) : 0;
-    const std::string sender(from.sun_path, ::strnlen(from.sun_path, path_len));
+    const std::string sender = d.sender();
     if (!sender.empty()) senders_[static_cast<pid_t>(m.pid)] = sender;  // unbound senders cannot be answered
     if (m.type == "forked") fork_answers_[static_cast<pid_t>(m.pid)] = m.fork;
     out.push_back(std::move(m));

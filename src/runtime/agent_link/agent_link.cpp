@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "runtime/log.h"
+#include "runtime/net/unix_datagram.h"
 #include "progress.h"
 
 namespace cohort::detail {
@@ -235,25 +236,14 @@ void AgentLink::serve_requests() {
   char buf[8192];
   alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))];
   for (;;) {
-    sockaddr_un from{};
-    iovec iov{buf, sizeof(buf)};
-    msghdr msg{};
-    msg.msg_name = &from;
-    msg.msg_namelen = sizeof(from);
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
-    const ssize_t n = ::recvmsg(fd_, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    UnixDatagram d;
+    const ssize_t n = d.receive(fd_, buf, sizeof(buf), control, sizeof(control), MSG_CMSG_CLOEXEC);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return;  // nothing more queued
     int fds[2];
-    received_descriptors(msg, fds);
+    received_descriptors(d.msg, fds);
     // Only the agent may ask (the directory's mode keeps others out; this keeps strays out).
-    const socklen_t from_len = msg.msg_namelen;
-    const size_t path_len = from_len > offsetof(sockaddr_un, sun_path) ? from_len - offsetof(sockaddr_un, sun_path) : 0;
-    const std::string sender(from.sun_path, strnlen(from.sun_path, path_len));
-    if (sender == options_.agent_socket && (msg.msg_flags & MSG_CTRUNC) == 0)
+    if (d.sender() == options_.agent_socket && (d.msg.msg_flags & MSG_CTRUNC) == 0)
       serve(std::string(buf, static_cast<size_t>(n)), fds);
     close_descriptors(fds);  // those serve() did not take
   }
