@@ -171,13 +171,17 @@ void AgentLink::run() {
   while (!stop_.load()) {
     const auto now = clock::now();
     if (now >= next) {
+      std::lock_guard<std::mutex> busy(busy_);
       heartbeat();
       next = now + interval;
     }
     pollfd fds[2] = {{fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
     const auto wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(next - clock::now()).count();
     ::poll(fds, 2, static_cast<int>(std::max<int64_t>(0, wait_ms)));
-    if (fds[0].revents & POLLIN) serve_requests();
+    if (fds[0].revents & POLLIN) {
+      std::lock_guard<std::mutex> busy(busy_);
+      serve_requests();
+    }
     if (fds[1].revents & POLLIN) {  // beat_now(), or the destructor (then stop_ ends the loop)
       uint64_t v = 0;
       ssize_t ignored = ::read(wake_fd_, &v, sizeof(v));
@@ -185,6 +189,7 @@ void AgentLink::run() {
       next = clock::now();
     }
   }
+  std::lock_guard<std::mutex> busy(busy_);
   serve_requests();  // a dump asked for just before the process ended is still written
 }
 

@@ -76,6 +76,10 @@ class AgentLink {
   /// Sends a heartbeat now (from the link's thread) instead of at the next interval.
   void beat_now();
   uint64_t dumps_written() const { return dumps_written_.load(); }
+  /// Keeps the link's thread out of its work (a heartbeat, a request) while the lock is held: a
+  /// fork made meanwhile copies none of the locks that work takes (the flight recorder's, the
+  /// log's), which would stay locked for ever in the child.
+  std::unique_lock<std::mutex> hold_still() { return std::unique_lock<std::mutex>(busy_); }
   /// In a child forked without exec: closes this process's copies of the link's descriptors; the
   /// object itself is left alone (its thread does not exist here, its socket is the parent's).
   void close_after_fork();
@@ -95,6 +99,7 @@ class AgentLink {
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> heartbeats_sent_{0};
   std::atomic<uint64_t> dumps_written_{0};
+  std::mutex busy_;  // held by the thread while it works (hold_still())
   std::mutex released_mutex_;
   std::condition_variable released_cv_;
   bool released_ = false;  // released_mutex_

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "agent_link.h"
@@ -73,8 +74,12 @@ SpareFork fork_successor(const JobEnv& env, int stdout_fd, int stderr_fd) {
   std::cout.flush();  // what is buffered is printed once, by this process
   std::cerr.flush();
   std::fflush(nullptr);
+  std::unique_lock<std::mutex> still;  // the link's thread holds no lock while we fork
+  if (AgentLink* link = agent_link()) still = link->hold_still();
   const pid_t middle = ::fork();
+  if (middle != 0 && still.owns_lock()) still.unlock();
   if (middle == 0) {
+    (void)still.release();  // the forgotten parent's link (agent_link.cpp): its lock stays as it is
     const pid_t child = ::fork();
     if (child != 0) {  // the middle process: tells the spare who its successor is, and exits
       const ssize_t n = ::write(pid_pipe[1], &child, sizeof(child));
