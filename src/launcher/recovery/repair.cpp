@@ -55,13 +55,10 @@ std::optional<Repair> replace_worker(const RunOptions& o, const Outcome& outcome
     const bool fork = spares.forking();
     if (auto spare = spares.take_for(workers[lost].place, *watch.link)) {
       group.replace(lost, spare->process, /*standby=*/true, fork);
-      r.warm = true;
       r.spare = spare->forked ? "forked" : "warm";
     } else if (fork) {
       group.replace(lost, StandbyWorkers::start_one(workers[lost].place, o.command, worker_env), /*standby=*/true, fork);
-      r.spare = "new";
     } else {
-      r.spare = "new";
       group.replace(lost, spawn_worker(o.command, worker_environment(current_environment(), workers[lost].place, env)),
                     /*standby=*/false);
     }
@@ -72,7 +69,7 @@ std::optional<Repair> replace_worker(const RunOptions& o, const Outcome& outcome
   send_rejoin(group, watch, grant.generation, lost);
   r.notice = "cohort run: rank " + std::to_string(grant.rank) + " " + outcome.failure->how + "; " +
              (r.spare == "forked" ? "a warm spare (forked by the one before it) replaces it"
-                                  : r.warm        ? "a warm spare replaces it"
+                                  : r.spare == "warm" ? "a warm spare replaces it"
                                                   : "replacing it") + " while the other ranks keep running (generation " +
              std::to_string(grant.generation) + ", restart " + std::to_string(grant.restarts) + " of " +
              std::to_string(o.max_restarts) + ")\n";

@@ -37,8 +37,8 @@ class StandbyWorkers;
 struct Watch;
 
 struct Repair {
-  bool warm = false;   // a warm spare took the place
-  std::string spare;   // what took it: "forked" (a spare forked by the one before it), "warm", "new"
+  std::string spare = "new";  // what took the place: "forked" (a spare forked by the one before it),
+                             // "warm" (a spare the agent started) or "new" (a process started now)
   std::string notice;  // "cohort run: rank 1 ... replaced ...\n"
 };
 

@@ -80,7 +80,7 @@ class StandbyWorkers {
                                   const std::vector<std::string>& extra_env);
   /// Sends "go" (naming `generation`) with "fork" to the spare `pid` just taken for `place`, with
   /// the successor's stdout and stderr; false when forking is off or the request could not be sent
-  /// (then release it as usual).
+  /// (WorkerGroup::release_standby() asks again on its next call).
   bool release_forking(const WorkerPlace& place, pid_t pid, int generation);
 
   static constexpr std::chrono::seconds kForkAnswerTimeout{5};
