@@ -4,8 +4,9 @@
 # 2 ranks x 1 thread under `cohort run`, each with --snapshot-every 1 and without (the same
 # --ckpt-dir, no checkpoint due), interleaved round by round so that both sides see the same
 # machine. Prints each run's throughput, the medians and the overhead (off - on) / off, and the
-# largest size the job's snapshot directory (/dev/shm) reached, sampled every 0.25 s in the runs
-# with snapshots (a finer poll costs the two cores more than it measures).
+# largest size the job's snapshot directory (/dev/shm) reached, sampled every 0.25 s in one more
+# run with snapshots after the rounds: its throughput is not counted, since the sampling (a du
+# every 0.25 s, ~1 % of the two cores) would load only the side with snapshots.
 # Goal: <= 5 % for the CNN (docs/BENCHMARKS.md).
 #
 #   bench/checkpoint/snapshot_overhead.sh [ROUNDS (default 5)] [CNN_STEPS (default 400)] [GPT_STEPS (default 60)]
@@ -26,9 +27,10 @@ gpt=$(realpath -m "$build/examples/gpt/gpt")
 work=$(mktemp -d /tmp/cohort_snapshot_bench.XXXXXX)
 trap 'pkill -9 -f "$work" 2>/dev/null || true; rm -rf "$work"' EXIT
 
-# run MODEL EVERY ROUND: one job; prints "<throughput> <checksum> <peak snapshot bytes>".
+# run MODEL EVERY ROUND [sample]: one job; prints "<throughput> <checksum> <peak snapshot bytes>"
+# (0 bytes unless asked to sample).
 run() {
-  local model=$1 every=$2 round=$3 dir="$work/$1-$2-$3" pid peak=0 bytes
+  local model=$1 every=$2 round=$3 sample=${4:-} dir="$work/$1-$2-$3" pid peak=0 bytes
   mkdir -p "$dir"
   local args=(--ckpt-dir "$dir/ck" --snapshot-every "$every")
   if [ "$model" = cnn ]; then
@@ -40,7 +42,7 @@ run() {
   "$cohort" run --nproc-per-node 2 --threads-per-proc 1 --no-dashboard --run-dir "$dir/run" -- "${args[@]}" >"$dir/log" 2>&1 &
   pid=$!
   # The agent's snapshot directory is named after its pid (launcher/workers/snapshot_memory.h).
-  while [ "$every" != 0 ] && kill -0 "$pid" 2>/dev/null; do
+  while [ -n "$sample" ] && kill -0 "$pid" 2>/dev/null; do
     bytes=$(du -sb /dev/shm/cohort-snapshots-"$pid"-* 2>/dev/null | awk '{s += $1} END {print s + 0}')
     [ "$bytes" -gt "$peak" ] && peak=$bytes
     sleep 0.25
@@ -57,17 +59,21 @@ print(r0.get("samples_per_s", r0.get("tokens_per_s")), r0["param_checksum"], sys
 
 echo "snapshot overhead: 2 ranks x 1 thread, $rounds rounds; machine: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 for model in ${MODELS:-cnn gpt}; do
-  off=(); on=(); peaks=(); sums=()
+  off=(); on=(); sums=()
   for ((i = 0; i < rounds; i++)); do
     read -r a sa _ <<<"$(run "$model" 0 "$i")"
-    read -r b sb pb <<<"$(run "$model" 1 "$i")"
-    off+=("$a"); on+=("$b"); peaks+=("$pb"); sums+=("$sa" "$sb")
-    echo "  $model round $i: without $a, with snapshots every step $b (per second), snapshot memory peak $pb bytes"
+    read -r b sb _ <<<"$(run "$model" 1 "$i")"
+    off+=("$a"); on+=("$b"); sums+=("$sa" "$sb")
+    echo "  $model round $i: without $a, with snapshots every step $b (per second)"
   done
+  read -r _ sm peak <<<"$(run "$model" 1 memory sample)"
+  sums+=("$sm")
+  echo "  $model memory run (not timed): snapshot memory peak $peak bytes"
   [ "$(printf '%s\n' "${sums[@]}" | sort -u | wc -l)" = 1 ] || echo "  WARNING: $model results differ between runs"
-  /usr/bin/python3 - "$model" "${off[*]}" "${on[*]}" "${peaks[*]}" <<'PY'
+  /usr/bin/python3 - "$model" "${off[*]}" "${on[*]}" "$peak" <<'PY'
 import statistics, sys
-model, off, on, peaks = sys.argv[1], *[[float(x) for x in a.split()] for a in sys.argv[2:5]]
+model, off, on = sys.argv[1], *[[float(x) for x in a.split()] for a in sys.argv[2:4]]
+peaks = [float(sys.argv[4])]
 a, b = statistics.median(off), statistics.median(on)
 unit = "samples/s" if model == "cnn" else "tokens/s"
 print(f"{model}: median {a:.1f} {unit} without, {b:.1f} with snapshots every step: overhead {100 * (a - b) / a:+.1f} %;"

@@ -34,7 +34,7 @@ void make_dir(const std::string& path, int rank) {
 
 }  // namespace
 Checkpointer::Impl::~Impl() {
-  if (writer_.joinable()) writer_.join();
+  writer_.reset();  // finishes the save in flight first: it uses the members declared after it
 }
 
 bool Checkpointer::Impl::writes_files(const SaveJob& job) const {
@@ -153,8 +153,8 @@ void Checkpointer::Impl::start(SaveJob job) {
     }
     return;
   }
-  finished_ = false;
-  writer_ = std::thread([this, job = std::move(job)] {
+  if (!writer_) writer_ = std::make_unique<detail::CommQueue>();
+  writing_ = writer_->submit([this, job = std::move(job)] {
     try {
       write_and_commit(job);
     } catch (const std::exception& e) {
@@ -162,12 +162,14 @@ void Checkpointer::Impl::start(SaveJob job) {
       pending_error_ = e.what();
     }
     mark_snapshot_done(job);
-    finished_ = true;
   });
 }
 
 std::string Checkpointer::Impl::join() {
-  if (writer_.joinable()) writer_.join();
+  if (writing_.valid()) {
+    writing_.wait();
+    writing_ = {};
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   std::string e;
   std::swap(e, pending_error_);

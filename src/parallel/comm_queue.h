@@ -1,5 +1,6 @@
-// CommQueue: one background thread that runs a rank's sharded-data-parallel collectives in the
-// order they were submitted (internal).
+// CommQueue: one background thread that runs tasks in the order they were submitted (internal):
+// a rank's sharded-data-parallel collectives, and the Checkpointer's async saves (a thread kept
+// between saves instead of one started per save).
 //
 // Why a thread of our own: a ring reduce-scatter is W-1 dependent send/recv steps, which Gloo
 // cannot queue as one operation; running them here lets backward go on (overlap). Why one thread
