@@ -3,7 +3,9 @@
 # they hold. The Fashion-MNIST CNN (batch 64 per rank) and the GPT example (preset tiny, AdamW) at
 # 2 ranks x 1 thread under `cohort run`, each with --snapshot-every 1 and without (the same
 # --ckpt-dir, no checkpoint due), interleaved round by round so that both sides see the same
-# machine. Prints each run's throughput, the medians and the overhead (off - on) / off, and the
+# machine. Prints each run's throughput, the medians and the overhead (off - on) / off (for the
+# CNN also by rank 0's median step time, which the steps during which another process took a core
+# do not move: the steady cost of a snapshot), and the
 # largest size the job's snapshot directory (/dev/shm) reached, sampled every 0.25 s in one more
 # run with snapshots after the rounds: its throughput is not counted, since the sampling (a du
 # every 0.25 s, ~1 % of the two cores) would load only the side with snapshots.
@@ -27,8 +29,8 @@ gpt=$(realpath -m "$build/examples/gpt/gpt")
 work=$(mktemp -d /tmp/cohort_snapshot_bench.XXXXXX)
 trap 'pkill -9 -f "$work" 2>/dev/null || true; rm -rf "$work"' EXIT
 
-# run MODEL EVERY ROUND [sample]: one job; prints "<throughput> <checksum> <peak snapshot bytes>"
-# (0 bytes unless asked to sample).
+# run MODEL EVERY ROUND [sample]: one job; prints "<throughput> <checksum> <peak snapshot bytes>
+# <median step ms>" (0 bytes unless asked to sample; 0 ms for the GPT example, which has no median).
 run() {
   local model=$1 every=$2 round=$3 sample=${4:-} dir="$work/$1-$2-$3" pid peak=0 bytes
   mkdir -p "$dir"
@@ -54,26 +56,32 @@ rows = [json.loads(l) for l in sys.stdin if l.strip()]
 assert len(rows) == 2, f"expected 2 result lines, got {len(rows)}"
 assert rows[0]["param_checksum"] == rows[1]["param_checksum"], "the ranks differ"
 r0 = next(r for r in rows if r["rank"] == 0)
-print(r0.get("samples_per_s", r0.get("tokens_per_s")), r0["param_checksum"], sys.argv[1])' "$peak"
+print(r0.get("samples_per_s", r0.get("tokens_per_s")), r0["param_checksum"], sys.argv[1], r0.get("step_ms_median", 0))' "$peak"
 }
 
 echo "snapshot overhead: 2 ranks x 1 thread, $rounds rounds; machine: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 for model in ${MODELS:-cnn gpt}; do
-  off=(); on=(); sums=()
+  off=(); on=(); off_ms=(); on_ms=(); sums=()
   for ((i = 0; i < rounds; i++)); do
-    read -r a sa _ <<<"$(run "$model" 0 "$i")"
-    read -r b sb _ <<<"$(run "$model" 1 "$i")"
-    off+=("$a"); on+=("$b"); sums+=("$sa" "$sb")
-    echo "  $model round $i: without $a, with snapshots every step $b (per second)"
+    read -r a sa _ ma <<<"$(run "$model" 0 "$i")"
+    read -r b sb _ mb <<<"$(run "$model" 1 "$i")"
+    off+=("$a"); on+=("$b"); off_ms+=("$ma"); on_ms+=("$mb"); sums+=("$sa" "$sb")
+    echo "  $model round $i: without $a, with snapshots every step $b (per second); median step $ma and $mb ms"
   done
   read -r _ sm peak <<<"$(run "$model" 1 memory sample)"
   sums+=("$sm")
   echo "  $model memory run (not timed): snapshot memory peak $peak bytes"
   [ "$(printf '%s\n' "${sums[@]}" | sort -u | wc -l)" = 1 ] || echo "  WARNING: $model results differ between runs"
-  /usr/bin/python3 - "$model" "${off[*]}" "${on[*]}" "$peak" <<'PY'
+  /usr/bin/python3 - "$model" "${off[*]}" "${on[*]}" "$peak" "${off_ms[*]}" "${on_ms[*]}" <<'PY'
 import statistics, sys
 model, off, on = sys.argv[1], *[[float(x) for x in a.split()] for a in sys.argv[2:4]]
 peaks = [float(sys.argv[4])]
+off_ms, on_ms = [[float(x) for x in a.split()] for a in sys.argv[5:7]]
+if min(off_ms + on_ms) > 0:
+    a, b = statistics.median(off_ms), statistics.median(on_ms)
+    rounds = sorted(100 * (y - x) / x for x, y in zip(off_ms, on_ms))
+    print(f"{model}: median step {a:.2f} ms without, {b:.2f} ms with snapshots every step: overhead {100 * (b - a) / a:+.1f} %"
+          f" (median of the rounds' own {statistics.median(rounds):+.1f} %, range {rounds[0]:+.1f} to {rounds[-1]:+.1f} %)")
 a, b = statistics.median(off), statistics.median(on)
 unit = "samples/s" if model == "cnn" else "tokens/s"
 print(f"{model}: median {a:.1f} {unit} without, {b:.1f} with snapshots every step: overhead {100 * (a - b) / a:+.1f} %;"

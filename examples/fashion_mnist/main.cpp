@@ -3,8 +3,8 @@
 //   RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 ./fashion_mnist &
 //   RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 ./fashion_mnist
 // It ends with one JSON line per rank: test_accuracy, samples_per_s (whole job, after the warm-up
-// steps, evaluation excluded), world_size, steps, final_loss, param_checksum and
-// optimizer_checksum.
+// steps, evaluation excluded), step_ms_median (the median timed step on this rank), world_size,
+// steps, final_loss, param_checksum and optimizer_checksum.
 // Each step goes to cohort::monitor() with its loss and learning rate (under `cohort run`: the
 // dashboard, /metrics, the run's events.jsonl). Test-only flags inject faults the monitoring must
 // catch: --inject-nan-step/--inject-nan-rank (a NaN loss, so NaN gradients), --slow-rank/--slow-ms
@@ -17,6 +17,7 @@
 #include <cohort/cohort.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
@@ -27,6 +28,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
+#include <vector>
 
 #include "cli_checks.h"  // examples::kFinite, examples::parse_command_line
 #include "fashion_mnist_data.h"
@@ -97,6 +99,9 @@ double evaluate(torch::nn::Module& net, const std::function<torch::Tensor(torch:
 struct Outcome {
   int64_t steps = 0;
   double last_loss = 0, samples_per_s = 0;
+  // The median of the timed steps' wall times: unlike samples_per_s, not moved by the few steps
+  // during which another process took a core (benchmarks compare small costs with it).
+  double step_ms_median = 0;
   // The job's loss (the last step's, averaged over ranks) when it was restored from a checkpoint
   // and no step followed: a restart after the final save trains nothing and reports this.
   std::optional<double> job_loss;
@@ -156,7 +161,8 @@ Outcome train_loop(const Flags& flags, FashionMnist& train_set, cohort::Distribu
   const int64_t first_step = out.steps;
   sample_log.started(first_step);
   int64_t timed_steps = 0;
-  clock::time_point timer_start;
+  clock::time_point timer_start, last_step_end;
+  std::vector<double> step_ms;
   bool done = flags.max_steps > 0 && out.steps >= flags.max_steps;  // resumed at or after the last step
   // Before each save: the job's loss at its step, which a restart at the very end reports (every
   // rank calls this at the same steps, as it is a collective).
@@ -192,14 +198,17 @@ Outcome train_loop(const Flags& flags, FashionMnist& train_set, cohort::Distribu
       // After maybe_save: a step reported done is then within one step of a committed snapshot.
       cohort::monitor().step(out.steps, {{"loss", out.last_loss}, {"lr", flags.lr}});
       sample_log.done(out.steps);
-      if (out.steps - first_step == flags.warmup_steps) timer_start = clock::now();
+      const clock::time_point step_end = clock::now();
+      if (out.steps - first_step == flags.warmup_steps) timer_start = step_end;
       if (out.steps - first_step > flags.warmup_steps) {
         ++timed_steps;
+        step_ms.push_back(std::chrono::duration<double, std::milli>(step_end - last_step_end).count());
         if (const auto record = cohort::monitor().last()) {
           for (int p = 0; p < cohort::kPhaseCount; ++p) out.phase_s[p] += record->phase_s[p];
           out.phase_mask |= record->phase_mask;
         }
       }
+      last_step_end = step_end;
       if (rank == 0 && flags.log_every > 0 && out.steps % flags.log_every == 0) {
         std::cout << "epoch " << epoch << " step " << out.steps << " loss " << out.last_loss << std::endl;
       }
@@ -213,6 +222,8 @@ Outcome train_loop(const Flags& flags, FashionMnist& train_set, cohort::Distribu
     const double seconds = std::chrono::duration<double>(clock::now() - timer_start).count();
     out.samples_per_s = static_cast<double>(timed_steps) * flags.batch_size * world / seconds;
     for (double& s : out.phase_s) s /= static_cast<double>(timed_steps);
+    std::nth_element(step_ms.begin(), step_ms.begin() + step_ms.size() / 2, step_ms.end());
+    out.step_ms_median = step_ms[step_ms.size() / 2];
   }
   if (checkpoints) {
     checkpoints->wait();  // a save in flight is finished (and its failure reported) here
@@ -326,6 +337,7 @@ int train(const Flags& flags, Net net) {
   result["final_loss"] = outcome.last_loss;
   result["test_accuracy"] = accuracy;
   result["samples_per_s"] = outcome.samples_per_s;
+  result["step_ms_median"] = outcome.step_ms_median;
   if (flags.comm_hook != "none") result["comm_hook"] = flags.comm_hook;
   result["param_checksum"] = cohort::parameters_checksum(*net);
   if (cohort::rejoins() > 0) result["rejoins"] = cohort::rejoins();  // peers replaced while this process ran

@@ -77,8 +77,10 @@ TEST(Example, TwoRanksTrainAndAgreeOnParametersAndAreReproducible) {
   EXPECT_EQ(again[0], sums[0]);
 
   // Each rank says where its timed steps went ("phase_ms", the monitor's phases): together they
-  // make up the step that samples_per_s measures, over the same steps.
-  const std::regex line_re("\\{.*\"phase_ms\":\\{([^}]*)\\}.*\"samples_per_s\":([0-9.e+-]+).*\\}");
+  // make up the step that samples_per_s measures, over the same steps; the median step
+  // ("step_ms_median") is one of those steps, about as long as their mean.
+  const std::regex line_re(
+      "\\{.*\"phase_ms\":\\{([^}]*)\\}.*\"samples_per_s\":([0-9.e+-]+).*\"step_ms_median\":([0-9.e+-]+).*\\}");
   const std::regex phase_re("\"(data|forward|backward|comm_wait|optimizer)\":([0-9.e+-]+)");
   int lines = 0;
   for (std::sregex_iterator it(first.output.begin(), first.output.end(), line_re), end; it != end; ++it, ++lines) {
@@ -92,6 +94,7 @@ TEST(Example, TwoRanksTrainAndAgreeOnParametersAndAreReproducible) {
     }
     EXPECT_EQ(count, 5) << phases;
     EXPECT_NEAR(sum, step_ms, 0.2 * step_ms) << phases;
+    EXPECT_NEAR(std::stod((*it)[3]), step_ms, 0.5 * step_ms) << (*it)[0];
   }
   EXPECT_EQ(lines, 2) << first.output;
 }
