@@ -66,9 +66,10 @@ for model in ${MODELS:-cnn gpt}; do
     read -r a sa _ ma <<<"$(run "$model" 0 "$i")"
     read -r b sb _ mb <<<"$(run "$model" 1 "$i")"
     off+=("$a"); on+=("$b"); off_ms+=("$ma"); on_ms+=("$mb"); sums+=("$sa" "$sb")
-    echo "  $model round $i: without $a, with snapshots every step $b (per second); median step $ma and $mb ms"
+    steps=""; [ "$ma" = 0 ] || steps="; median step $ma and $mb ms"
+    echo "  $model round $i: without $a, with snapshots every step $b (per second)$steps"
   done
-  read -r _ sm peak <<<"$(run "$model" 1 memory sample)"
+  read -r _ sm peak _ <<<"$(run "$model" 1 memory sample)"
   sums+=("$sm")
   echo "  $model memory run (not timed): snapshot memory peak $peak bytes"
   [ "$(printf '%s\n' "${sums[@]}" | sort -u | wc -l)" = 1 ] || echo "  WARNING: $model results differ between runs"
@@ -84,7 +85,9 @@ if min(off_ms + on_ms) > 0:
           f" (median of the rounds' own {statistics.median(rounds):+.1f} %, range {rounds[0]:+.1f} to {rounds[-1]:+.1f} %)")
 a, b = statistics.median(off), statistics.median(on)
 unit = "samples/s" if model == "cnn" else "tokens/s"
-print(f"{model}: median {a:.1f} {unit} without, {b:.1f} with snapshots every step: overhead {100 * (a - b) / a:+.1f} %;"
+own = sorted(100 * (x - y) / x for x, y in zip(off, on))
+print(f"{model}: median {a:.1f} {unit} without, {b:.1f} with snapshots every step: overhead {100 * (a - b) / a:+.1f} %"
+      f" (median of the rounds' own {statistics.median(own):+.1f} %, range {own[0]:+.1f} to {own[-1]:+.1f} %);"
       f" snapshot memory (tmpfs) peak {max(peaks) / 1e6:.1f} MB")
 PY
 done
