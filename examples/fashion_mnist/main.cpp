@@ -163,6 +163,7 @@ Outcome train_loop(const Flags& flags, FashionMnist& train_set, cohort::Distribu
   int64_t timed_steps = 0;
   clock::time_point timer_start, last_step_end;
   std::vector<double> step_ms;
+  if (flags.warmup_steps == 0) timer_start = last_step_end = clock::now();  // every step is timed
   bool done = flags.max_steps > 0 && out.steps >= flags.max_steps;  // resumed at or after the last step
   // Before each save: the job's loss at its step, which a restart at the very end reports (every
   // rank calls this at the same steps, as it is a collective).
