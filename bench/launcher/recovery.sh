@@ -123,10 +123,12 @@ recovery_ms() {
   wait_for_starts "$dir" 1
   sleep "${KILL_AFTER_S:-8}"
   t_kill=$(kill_one)
-  wait_for_starts "$dir" 2
+  local restarted=1
+  wait_for_starts "$dir" 2 || restarted=0
   kill -TERM "$job_pid" 2>/dev/null || true; wait "$job_pid" 2>/dev/null || true
   pkill -9 -f -- "$pattern" 2>/dev/null || true
-  echo $(( ($(first_steps "$dir" | sed -n 2p) - t_kill) / 1000000 ))
+  # A job that did not train again within the wait is counted as such, not as a time.
+  [ "$restarted" = 1 ] && echo $(( ($(first_steps "$dir" | sed -n 2p) - t_kill) / 1000000 )) || echo failed
 }
 
 if [ "$reps" -gt 0 ]; then
@@ -147,8 +149,18 @@ for ((i = 0; i < reps; i++)); do
 done
 /usr/bin/python3 - "${s[*]}" "${w[*]}" "${c[*]}" "${t[*]}" "${ls[*]}" "${k[*]}" "${lk[*]}" <<'PY'
 import statistics, sys
-s, w, c, t, lost, k, lost_k = ([int(x) for x in a.split()] for a in sys.argv[1:8])
+failed = {}
+def times(name, text):  # the runs that trained again; how many did not
+    values = [int(x) for x in text.split() if x != "failed"]
+    if len(values) < len(text.split()):
+        failed[name] = len(text.split()) - len(values)
+    return values or [float("nan")]
+s, w, c, t, k = (times(n, a) for n, a in zip(("snapshots", "warm spares", "cohort", "torchrun", "keep-survivors"),
+                                             sys.argv[1:5] + sys.argv[6:7]))
+lost, lost_k = ([int(x) for x in a.split() if x.lstrip("-").isdigit()] or [0] for a in (sys.argv[5], sys.argv[7]))
 ms, mw, mc, mt, mk = (statistics.median(x) for x in (s, w, c, t, k))
+for name, n in failed.items():
+    print(f"{name}: {n} run(s) did not train again within the wait (not in the median)")
 print(f"median: cohort --keep-survivors {mk:.0f} ms (torchrun / it = {mt / mk:.1f}x), steps lost at most {max(lost_k)}")
 print(f"median: cohort --warm-spares --snapshot-every 1 {ms:.0f} ms, cohort --warm-spares {mw:.0f} ms, cohort {mc:.0f} ms, torchrun {mt:.0f} ms")
 print(f"torchrun / cohort with snapshots = {mt / ms:.1f}x, torchrun / cohort --warm-spares = {mt / mw:.1f}x, torchrun / cohort = {mt / mc:.1f}x")
