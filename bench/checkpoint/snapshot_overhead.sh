@@ -8,7 +8,7 @@
 # do not move: the steady cost of a snapshot), and the
 # largest size the job's snapshot directory (/dev/shm) reached, sampled every 0.25 s in one more
 # run with snapshots after the rounds: its throughput is not counted, since the sampling (a du
-# every 0.25 s, ~1 % of the two cores) would load only the side with snapshots.
+# every 0.25 s, ~0.8 % of the two cores) would load only the side with snapshots.
 # Goal: <= 5 % for the CNN (docs/BENCHMARKS.md).
 #
 #   bench/checkpoint/snapshot_overhead.sh [ROUNDS (default 5)] [CNN_STEPS (default 400)] [GPT_STEPS (default 60)]

@@ -157,7 +157,7 @@ def times(name, text):  # the runs that trained again; how many did not
     return values or [float("nan")]
 s, w, c, t, k = (times(n, a) for n, a in zip(("snapshots", "warm spares", "cohort", "torchrun", "keep-survivors"),
                                              sys.argv[1:5] + sys.argv[6:7]))
-lost, lost_k = ([int(x) for x in a.split() if x.lstrip("-").isdigit()] or [0] for a in (sys.argv[5], sys.argv[7]))
+lost, lost_k = ([int(x) for x in a.split()] or [0] for a in (sys.argv[5], sys.argv[7]))
 ms, mw, mc, mt, mk = (statistics.median(x) for x in (s, w, c, t, k))
 for name, n in failed.items():
     print(f"{name}: {n} run(s) did not train again within the wait (not in the median)")

@@ -160,9 +160,8 @@ Outcome train_loop(const Flags& flags, FashionMnist& train_set, cohort::Distribu
   }
   const int64_t first_step = out.steps;
   sample_log.started(first_step);
-  int64_t timed_steps = 0;
   clock::time_point timer_start, last_step_end;
-  std::vector<double> step_ms;
+  std::vector<double> step_ms;  // each timed step's wall time
   if (flags.warmup_steps == 0) timer_start = last_step_end = clock::now();  // every step is timed
   bool done = flags.max_steps > 0 && out.steps >= flags.max_steps;  // resumed at or after the last step
   // Before each save: the job's loss at its step, which a restart at the very end reports (every
@@ -202,7 +201,6 @@ Outcome train_loop(const Flags& flags, FashionMnist& train_set, cohort::Distribu
       const clock::time_point step_end = clock::now();
       if (out.steps - first_step == flags.warmup_steps) timer_start = step_end;
       if (out.steps - first_step > flags.warmup_steps) {
-        ++timed_steps;
         step_ms.push_back(std::chrono::duration<double, std::milli>(step_end - last_step_end).count());
         if (const auto record = cohort::monitor().last()) {
           for (int p = 0; p < cohort::kPhaseCount; ++p) out.phase_s[p] += record->phase_s[p];
@@ -219,10 +217,10 @@ Outcome train_loop(const Flags& flags, FashionMnist& train_set, cohort::Distribu
       }
     }
   }
-  if (timed_steps > 0) {
+  if (const auto timed_steps = static_cast<double>(step_ms.size()); timed_steps > 0) {
     const double seconds = std::chrono::duration<double>(clock::now() - timer_start).count();
-    out.samples_per_s = static_cast<double>(timed_steps) * flags.batch_size * world / seconds;
-    for (double& s : out.phase_s) s /= static_cast<double>(timed_steps);
+    out.samples_per_s = timed_steps * flags.batch_size * world / seconds;
+    for (double& s : out.phase_s) s /= timed_steps;
     std::nth_element(step_ms.begin(), step_ms.begin() + step_ms.size() / 2, step_ms.end());
     out.step_ms_median = step_ms[step_ms.size() / 2];
   }

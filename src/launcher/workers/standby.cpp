@@ -6,12 +6,19 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <iostream>
 #include <utility>
 
 #include "launcher/workers/worker_link.h"
 
 namespace cohort::launcher {
+namespace {
+
+// The variables are what the worker sees: equal variables, equal place.
+bool same_place(const WorkerPlace& a, const WorkerPlace& b) { return worker_variables(a) == worker_variables(b); }
+
+}  // namespace
 
 StandbyWorkers::~StandbyWorkers() { discard(); }
 
@@ -23,10 +30,8 @@ void StandbyWorkers::start(const std::vector<WorkerPlace>& places, const std::ve
 
 bool StandbyWorkers::ready_for(const std::vector<WorkerPlace>& places, const WorkerLink& link) {
   if (standby_.empty() || places.size() != standby_.size()) return false;
-  for (size_t i = 0; i < places.size(); ++i) {
-    // The variables are what the worker sees: equal variables, equal place.
-    if (worker_variables(places[i]) != worker_variables(standby_[i].place)) return false;
-  }
+  for (size_t i = 0; i < places.size(); ++i)
+    if (!same_place(places[i], standby_[i].place)) return false;
   for (StandbyProcess& s : standby_) {
     int status = 0;
     if (::waitpid(s.process.pid, &status, WNOHANG) == s.process.pid) {  // it ended standing by
@@ -52,9 +57,7 @@ void StandbyWorkers::top_up(const std::vector<WorkerPlace>& places, const std::v
   settle_forks();
   // Spares for places of an earlier round (a fork answered after the round restarted) go.
   for (auto it = standby_.begin(); it != standby_.end();) {
-    bool wanted = false;
-    for (const WorkerPlace& place : places) wanted = wanted || worker_variables(place) == worker_variables(it->place);
-    if (wanted) {
+    if (std::any_of(places.begin(), places.end(), [&](const WorkerPlace& p) { return same_place(p, it->place); })) {
       ++it;
     } else {
       kill_and_reap(it->process);
@@ -74,12 +77,11 @@ SpawnedProcess StandbyWorkers::start_one(const WorkerPlace& place, const std::ve
 }
 
 bool StandbyWorkers::covered(const WorkerPlace& place, bool or_forking) const {
-  const auto variables = worker_variables(place);
   for (const StandbyProcess& s : standby_)
-    if (worker_variables(s.place) == variables) return true;
+    if (same_place(s.place, place)) return true;
   if (or_forking)
     for (const PendingFork& f : pending_)
-      if (worker_variables(f.place) == variables) return true;
+      if (same_place(f.place, place)) return true;
   return false;
 }
 
@@ -163,7 +165,7 @@ std::optional<StandbyProcess> StandbyWorkers::take_for(const WorkerPlace& place,
   settle_forks();
   for (size_t i = 0; i < standby_.size(); ++i) {
     StandbyProcess& s = standby_[i];
-    if (worker_variables(s.place) != worker_variables(place)) continue;
+    if (!same_place(s.place, place)) continue;
     int status = 0;
     const bool ended = ::waitpid(s.process.pid, &status, WNOHANG) == s.process.pid;
     if (ended) {  // it died standing by: top_up starts another
