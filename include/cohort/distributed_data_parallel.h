@@ -9,8 +9,8 @@
 // shapes and dtypes (a mismatch is a ConfigError on every rank, not a hang), then takes rank 0's
 // values. During backward, gradients go into buckets (after the first step each gradient shares
 // storage with its bucket, so nothing is copied; bucket_cap_mb, filled in reverse
-// registration order as in PyTorch's DDP, the first bucket capped at 1 MB so communication starts
-// early); a bucket's asynchronous allreduce is launched from the autograd hook of its last
+// registration order as in PyTorch's DDP, each closed once it reaches its cap, the first's 1 MiB so
+// communication starts early); a bucket's asynchronous allreduce is launched from the autograd hook of its last
 // gradient, in bucket order on every rank, so communication overlaps the rest of backward. When
 // backward ends, buckets that are not complete (parameters without a gradient this iteration)
 // are completed with zeros and launched; all are waited for and the averages written back before
@@ -54,7 +54,8 @@ enum class AllreduceAlgo {
 
 /// Settings of DistributedDataParallel.
 struct DDPOptions {
-  /// Bucket capacity in MiB. A tiny value puts every parameter in its own bucket.
+  /// Bucket size in MiB: a bucket closes with the gradient that brings it to this size or past it
+  /// (PyTorch's rule). A tiny value puts every parameter in its own bucket.
   double bucket_cap_mb = 25.0;
   /// Capacity of the first bucket (the last parameters), so that communication starts early.
   double first_bucket_cap_mb = 1.0;

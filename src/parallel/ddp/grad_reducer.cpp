@@ -65,7 +65,10 @@ void GradReducer::build_buckets() {
                                 1024 * 1024);
   };
   // Reverse registration order approximates the order in which backward produces gradients.
-  // A bucket holds one dtype and device; it closes when the next gradient would overflow it.
+  // A bucket holds one dtype and device; it closes once it holds its cap or more, as PyTorch's
+  // compute_bucket_assignment_by_size does. (Closing before a gradient that would overflow it
+  // instead put a large early gradient — the CNN's fc1, 1.6 MB against the first cap of 1 MiB —
+  // at the head of the next bucket, which then waited for the end of backward: no overlap.)
   Bucket current;
   int64_t bytes = 0;
   auto close = [&]() {
@@ -89,16 +92,13 @@ void GradReducer::build_buckets() {
     const auto& t = params_[i].tensor;
     if (!current.params.empty()) {
       const auto& first = params_[current.params.front()].tensor;
-      const int64_t add = t.numel() * static_cast<int64_t>(t.element_size());
-      if (first.scalar_type() != t.scalar_type() || first.device() != t.device() ||
-          bytes + add > cap(buckets_.empty())) {
-        close();
-      }
+      if (first.scalar_type() != t.scalar_type() || first.device() != t.device()) close();
     }
     current.params.push_back(i);
     current.offset.push_back(current.numel);
     current.numel += t.numel();
     bytes += t.numel() * static_cast<int64_t>(t.element_size());
+    if (bytes >= cap(buckets_.empty())) close();
   }
   close();
 }

@@ -40,6 +40,23 @@ TEST(DdpOverlap, FirstBucketIsLaunchedBeforeBackwardReachesTheFirstLayer) {
   EXPECT_EQ(stats[0].buckets_launched_at_end, 0);
 }
 
+TEST(DdpBuckets, ABucketClosesOnceItReachesItsCapAsPyTorchsDo) {
+  // fc2's weight (16 KiB) takes the first bucket past its 10 KiB cap: it ends that bucket, as in
+  // PyTorch's compute_bucket_assignment_by_size, instead of opening the next one — where it would
+  // wait for fc1, the end of backward, and its allreduce would overlap nothing.
+  std::vector<std::vector<std::string>> layout;
+  run_ranks(2, [&](std::shared_ptr<cohort::Context> ctx) {
+    cohort::DDPOptions opt;
+    opt.first_bucket_cap_mb = 0.01;
+    opt.bucket_cap_mb = 1;
+    auto model = cohort::DistributedDataParallel(SmallNet(64), ctx, opt);
+    if (ctx->rank() == 0) layout = model->bucket_layout();
+  });
+  const std::vector<std::vector<std::string>> expected{{"fc3.bias", "fc3.weight", "fc2.bias", "fc2.weight"},
+                                                       {"fc1.bias", "fc1.weight"}};
+  EXPECT_EQ(layout, expected);
+}
+
 TEST(DdpNoSync, AccumulatedMicroBatchesEqualOneStepOnTheConcatenatedBatch) {
   const int world = 2, micro = 3;
   const int64_t B = 4;
