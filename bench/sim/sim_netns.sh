@@ -5,15 +5,20 @@
 # The Fashion-MNIST CNN, one rank per node, `cohort run --nnodes`; ROUNDS rounds of the 2- and the
 # 3-node job, interleaved. A calibration fitted on the 2-node runs (its link: the inter-node
 # bandwidth and latency) predicts the 3-node runs; printed against each size's median.
+# THREADS (1): each worker's intra-op threads (--threads-per-proc). A real node has its cores to
+# itself; here 3 namespace nodes at cohort run's default (every core, 2 threads each) put 6
+# spinning OpenMP threads on 2 cores, which slows them beyond the cores' share the model gives
+# (3 nodes ran 2.6x the 2-node step at 1 Gbit/s). THREADS=0 runs that default.
 # Timing, so a benchmark: run it on an otherwise idle machine. Needs root and iproute2.
 # The addresses (10.79.0.0/24) exist only inside the namespaces this script creates and removes.
-#   usage: [COHORT_BUILD=build] [RATE=100mbit] bench/sim/sim_netns.sh [ROUNDS (3)] [STEPS (60)]
+#   usage: [COHORT_BUILD=build] [RATE=100mbit] [THREADS=1] bench/sim/sim_netns.sh [ROUNDS (3)] [STEPS (60)]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rounds=${1:-3}
 steps=${2:-60}
 rate=${RATE:-100mbit}
 build=${COHORT_BUILD:-build}
+threads=(); [ "${THREADS:-1}" = 0 ] || threads=(--threads-per-proc "${THREADS:-1}")
 cli=$(realpath "$build/tools/cohort")
 # The nodes of one job share its token (docs/security.md); `ip netns exec` passes the environment on.
 export COHORT_JOB_TOKEN=${COHORT_JOB_TOKEN:-$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')}
@@ -42,7 +47,7 @@ job() {
   port=$((port + 1))
   for i in $(seq 0 $((nodes - 1))); do
     local log=(); [ "$i" = 0 ] && log=(--log-dir "$dir")
-    ip netns exec "cohort_n${id}_$i" "$cli" run --nnodes "$nodes" --node-rank "$i" --nproc-per-node 1 --no-dashboard \
+    ip netns exec "cohort_n${id}_$i" "$cli" run --nnodes "$nodes" --node-rank "$i" --nproc-per-node 1 "${threads[@]}" --no-dashboard \
       --master-addr 10.79.0.1 --master-port "$port" --rdzv-timeout 60 "${log[@]}" -- "$example" --max-steps "$steps" \
       --no-eval >"$dir.node$i.out" 2>&1 &
     pids+=($!)

@@ -29,13 +29,17 @@ double num(const json& j, const char* key) {
   return it != j.end() && it->is_number() ? it->get<double>() : NAN;
 }
 
-// Threads cohort's examples give each of a node's workers: cores / workers, at least one.
-int threads_for(int cores, int workers_per_node) { return std::max(1, cores / std::max(1, workers_per_node)); }
+// Threads each of a node's workers runs: what the run's log says (cohort run's --threads-per-proc),
+// else what cohort run gives by default: cores / workers, at least one.
+int threads_for(int cores, int workers_per_node, int logged = 0) {
+  return logged > 0 ? logged : std::max(1, cores / std::max(1, workers_per_node));
+}
 // The cores a node's workers have: the machine's, or their share of it when the nodes are
 // namespaces of one machine (each node's launcher still sees every core and sizes threads by them).
 double node_cores(int cores, int nodes, bool shared) { return shared ? static_cast<double>(cores) / std::max(1, nodes) : cores; }
-double contention(int cores, int nodes, int workers_per_node, bool shared) {
-  return std::max(1.0, workers_per_node * threads_for(cores, workers_per_node) / node_cores(cores, nodes, shared));
+double contention(int cores, const RunSummary& r, bool shared) {
+  return std::max(1.0, r.workers_per_node * threads_for(cores, r.workers_per_node, r.threads) /
+                           node_cores(cores, r.nodes, shared));
 }
 
 }  // namespace
@@ -74,6 +78,7 @@ RunSummary summarize_run(const std::string& dir) {
         failure_t = num(j, "t");
         restart_at_failure = restart_seen;
       }
+      if (kind == "start" && j.contains("threads") && j["threads"].is_number_integer()) r.threads = j["threads"].get<int>();
       if (kind == "round_started") by_step.clear();  // a restarted round: its steps are the run's
       if (kind == "checkpoint_saved") {
         const double b = num(j, "bytes"), s = num(j, "seconds");
@@ -222,9 +227,9 @@ Calibration calibrate(const std::vector<RunSummary>& runs, int cores, bool share
   std::set<int> thread_counts;
   double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
   for (const auto& r : runs) {
-    const int t = threads_for(cores, r.workers_per_node);
+    const int t = threads_for(cores, r.workers_per_node, r.threads);
     thread_counts.insert(t);
-    const double x = 1.0 / t, y = r.compute_s / contention(cores, r.nodes, r.workers_per_node, shared_machine);
+    const double x = 1.0 / t, y = r.compute_s / contention(cores, r, shared_machine);
     n += 1;
     sx += x;
     sy += y;
@@ -276,7 +281,7 @@ Calibration calibrate(const std::vector<RunSummary>& runs, int cores, bool share
     const double buckets = 1 + std::ceil(std::max(0.0, r.comm_bytes - first) / (p.bucket_mb * 1048576.0));
     const double w = r.world;
     const Obs o{buckets * 2 * (w - 1), 2 * (w - 1) / w * r.comm_bytes,
-                r.nodes > 1 ? r.comm_s : r.comm_s / contention(cores, r.nodes, r.workers_per_node, shared_machine)};
+                r.nodes > 1 ? r.comm_s : r.comm_s / contention(cores, r, shared_machine)};
     (r.nodes > 1 ? inter : intra).push_back(o);
   }
   if (!intra.empty() || !inter.empty()) {
@@ -311,16 +316,16 @@ Calibration calibrate(const std::vector<RunSummary>& runs, int cores, bool share
   }
   p.cores_per_node = cores;
   const RunSummary& first = runs.front();
-  p = params_for(c, first.nodes, first.workers_per_node);
+  p = params_for(c, first.nodes, first.workers_per_node, first.threads);
   return c;
 }
 
-Params params_for(const Calibration& c, int nodes, int workers_per_node) {
+Params params_for(const Calibration& c, int nodes, int workers_per_node, int threads) {
   // c.params holds the step's split as fractions until calibrate() is done; after, the phases of
   // the first run's shape: either way their sum gives the fractions back.
   Params p = c.params;
   const double sum = p.data_s + p.forward_s + p.backward_s + p.optimizer_s;
-  const int t = threads_for(c.cores, workers_per_node);
+  const int t = threads_for(c.cores, workers_per_node, threads);
   const double compute = c.serial_s + c.parallel_s / t;  // with the node to itself
   p.data_s = compute * p.data_s / sum;
   p.forward_s = compute * p.forward_s / sum;
@@ -336,7 +341,7 @@ Params params_for(const Calibration& c, int nodes, int workers_per_node) {
 json calibration_json(const Calibration& c) {
   json runs = json::array();
   for (const auto& r : c.runs) {
-    runs.push_back({{"dir", r.dir}, {"world", r.world}, {"nodes", r.nodes}, {"steps", r.steps}, {"step_s", r.step_s},
+    runs.push_back({{"dir", r.dir}, {"world", r.world}, {"nodes", r.nodes}, {"threads", r.threads}, {"steps", r.steps}, {"step_s", r.step_s},
                     {"compute_s", r.compute_s}, {"comm_wait_s", r.comm_wait_s}, {"comm_s", r.comm_s},
                     {"comm_bytes", r.comm_bytes}, {"spread", r.spread}, {"recovery_s", r.recovery_s}, {"recoveries", r.recoveries},
                     {"checkpoint_s", r.checkpoint_s}, {"torn_lines", r.torn_lines}});
@@ -372,7 +377,7 @@ Calibration calibration_from_json(const json& j, const std::string& what) {
 Prediction predict(const Calibration& c, const RunSummary& run) {
   Prediction out;
   out.run = run;
-  Params p = params_for(c, run.nodes, run.workers_per_node);
+  Params p = params_for(c, run.nodes, run.workers_per_node, run.threads);
   p.node_mtbf_h = 0;
   p.checkpoint_every = 0;
   p.timeline_workers = 0;

@@ -28,6 +28,7 @@ constexpr int kCalibrationVersion = 1;
 struct RunSummary {
   std::string dir;
   int world = 0, nodes = 1, workers_per_node = 0;
+  int threads = 0;            // each worker's intra-op threads (cohort run's start event; 0: not logged)
   long long steps = 0;        // job steps seen
   double step_s = 0;          // rank 0's step time
   double compute_s = 0;       // data + forward + backward + optimizer, the median worker
@@ -56,8 +57,9 @@ struct Calibration {
 
 /// shared_machine: the runs' nodes share the machine's cores (network namespaces on one host).
 Calibration calibrate(const std::vector<RunSummary>& runs, int cores, bool shared_machine = false);
-/// The parameters for a job of this shape on the calibrated machine.
-Params params_for(const Calibration& c, int nodes, int workers_per_node);
+/// The parameters for a job of this shape on the calibrated machine; threads 0: what cohort run
+/// gives each worker by default (cores / workers per node).
+Params params_for(const Calibration& c, int nodes, int workers_per_node, int threads = 0);
 
 nlohmann::json calibration_json(const Calibration& c);
 /// Throws std::runtime_error when the JSON is not a calibration of this version.

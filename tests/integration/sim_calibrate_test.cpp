@@ -5,6 +5,7 @@
 // it is timing, and a loaded machine moves it. No torch in this file.
 #include <gtest/gtest.h>
 
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/stat.h>
@@ -143,6 +144,13 @@ TEST_F(SimCalibrate, FittedOnOneAndTwoRanksItPredictsEveryRun) {
   const json s3 = json::parse(strict.output, nullptr, false);
   ASSERT_TRUE(s3.is_array() && s3.size() == 1u) << strict.output;
   EXPECT_FALSE(s3[0]["within"].get<bool>()) << strict.output;
+  // Each run's threads per worker, as cohort run logged them in its start event: cores / ranks.
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+  const json runs = json::parse(run_shell(kCli + " sim calibrate " + all + " 2>/dev/null").output, nullptr, false)["runs"];
+  ASSERT_EQ(runs.size(), 4u) << runs.dump();
+  for (int n = 1; n <= 4; ++n) EXPECT_EQ(runs[n - 1].value("threads", 0), std::max(1, CPU_COUNT(&set) / n)) << runs.dump();
   // The calibration is also a parameter file for run: its shape is the first run's.
   const auto s = run_shell(kCli + " sim run --no-series --params " + cal + " --set hours=0.01");
   ASSERT_EQ(s.exit_code, 0) << s.output;
@@ -230,9 +238,71 @@ TEST(SimCalibrateLinks, EachLevelFromItsRunsAndTheGradientsTimingFromLinkBoundOn
   const double shared_fit = sj["fit"]["serial_s"].get<double>() + sj["fit"]["parallel_s"].get<double>();
   const double alone_fit = aj["fit"]["serial_s"].get<double>() + aj["fit"]["parallel_s"].get<double>();
   EXPECT_NEAR(shared_fit / alone_fit, 0.5, 1e-9) << shared.output << "\n" << alone.output;
+  // The same run started with one thread per worker (cohort run --threads-per-proc 1, in its start
+  // event; without one, cores / workers: 2): one thread on each node's core did the work two did,
+  // so the fit of one thread's compute is the same, and the job's workers run one thread each.
+  std::ofstream(net + "/events.jsonl", std::ios::app)
+      << json{{"type", "event"}, {"kind", "start"}, {"threads", 1}, {"nproc", 1}, {"nnodes", 2}}.dump() << "\n";
+  const json one = json::parse(run_shell(kCli + " sim calibrate --cores 2 --shared-machine " + net + " 2>/dev/null").output, nullptr, false);
+  EXPECT_EQ(one["params"].value("threads_per_worker", 0.0), 1.0) << one.dump();
+  EXPECT_EQ(one["runs"][0].value("threads", 0), 1) << one.dump();
+  EXPECT_EQ(sj["params"].value("threads_per_worker", 0.0), 2.0) << shared.output;
+  EXPECT_NEAR((one["fit"]["serial_s"].get<double>() + one["fit"]["parallel_s"].get<double>()) / shared_fit, 1.0, 1e-9) << one.dump();
   // A calibration on the fast link alone keeps the even spread: it cannot see the timing.
   const auto f = run_shell(kCli + " sim calibrate --cores 2 " + local + " 2>/dev/null");
   EXPECT_EQ(json::parse(f.output, nullptr, false)["params"].value("grad_ready_exponent", 0.0), 1.0) << f.output;
+  if (!HasFailure()) run_shell("rm -rf " + d);
+}
+
+// Across "machines": 2 and 3 nodes as network namespaces on a bridge, every link shaped to 100
+// Mbit/s with tc (bench/netns_star.sh, which the benchmarks use too), one rank of one thread per
+// node (the namespaces share this machine's cores: --shared-machine). The 2-node run's log gives
+// the network (no faster than the shaped link), each run's threads as cohort run logged them, and a
+// prediction of the 3-node run it was not fitted on: slower, since each link carries 4/3 of the
+// bytes and three nodes share the cores. How close it comes is timing: bench/sim/sim_netns.sh.
+TEST(SimCalibrateNetns, TwoNodesOverAShapedLinkPredictThreeNodes) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to create network namespaces";
+  if (run_shell("command -v ip").exit_code != 0) GTEST_SKIP() << "needs iproute2 (ip netns); scripts/setup.sh installs it";
+  const std::string d = fresh_dir("netns"), id = std::to_string(::getpid());
+  const std::string sw = "cohort_ss" + id, node = "cohort_sn" + id + "_";
+  struct Cleanup {
+    std::string cmd;
+    ~Cleanup() { run_shell(cmd); }
+  } cleanup{"for n in 0 1 2; do ip netns del " + node + "$n; done 2>/dev/null; ip netns del " + sw + " 2>/dev/null; true"};
+  const auto star = run_shell("bash -c '. " COHORT_NETNS_STAR " && netns_star " + sw + " " + node + " csv" + id +
+                              "_ 10.79.6 3 100mbit' 2>&1");
+  ASSERT_EQ(star.exit_code, 0) << star.output;
+  const auto job = [&](int nodes) {
+    const std::string dir = d + "/n" + std::to_string(nodes);
+    std::string sh = "pids=; ";
+    for (int i = 0; i < nodes; ++i) {
+      sh += "ip netns exec " + node + std::to_string(i) + " env COHORT_JOB_TOKEN=cohort-tests-sim-netns-token-0123456789 " +
+            kCli + " run --nnodes " + std::to_string(nodes) + " --node-rank " + std::to_string(i) +
+            " --nproc-per-node 1 --threads-per-proc 1 --no-dashboard --master-addr 10.79.6.1 --master-port " +
+            std::to_string(29640 + nodes) + " --rdzv-timeout 60" + (i == 0 ? " --log-dir " + dir : "") + " -- " + kExample +
+            " --max-steps 40 --no-eval >" + dir + ".node" + std::to_string(i) + " 2>&1 & pids=\"$pids $!\"; ";
+    }
+    const auto r = run_shell(sh + "for p in $pids; do wait $p || exit 1; done");
+    EXPECT_EQ(r.exit_code, 0) << read_all(dir + ".node0") << read_all(dir + ".node1");
+    return dir;
+  };
+  const std::string two = job(2), three = job(3);
+  ASSERT_FALSE(HasFailure());
+  const auto c = run_shell(kCli + " sim calibrate --shared-machine " + two + " -o " + d + "/c.json 2>&1");
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  const json cal = json::parse(read_all(d + "/c.json"), nullptr, false);
+  const double inter_bw = cal["params"].value("inter_bw", 0.0);
+  EXPECT_GT(inter_bw, 0) << cal.dump();
+  EXPECT_LE(inter_bw, 1.05 * 100e6 / 8) << "a link shaped to 100 Mbit/s carried more: " << cal.dump();
+  EXPECT_EQ(cal["runs"][0].value("nodes", 0), 2) << cal.dump();
+  EXPECT_EQ(cal["runs"][0].value("threads", 0), 1) << cal.dump();
+  const auto p = run_shell(kCli + " sim predict --json --tolerance 1e9 --calibration " + d + "/c.json " + two + " " + three + " 2>&1");
+  ASSERT_EQ(p.exit_code, 0) << p.output;
+  const json j = json::parse(p.output, nullptr, false);
+  ASSERT_TRUE(j.is_array() && j.size() == 2u) << p.output;
+  EXPECT_EQ(j[1].value("nodes", 0), 3) << p.output;
+  EXPECT_GT(j[1].value("predicted_step_s", 0.0), j[0].value("predicted_step_s", 0.0)) << p.output;
+  for (const auto& r : j) std::cout << "  " << r["nodes"] << " nodes: measured " << r["measured_step_s"] << " s, predicted " << r["predicted_step_s"] << " s\n";
   if (!HasFailure()) run_shell("rm -rf " + d);
 }
 

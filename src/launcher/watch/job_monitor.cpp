@@ -86,6 +86,7 @@ std::unique_ptr<JobMonitor> JobMonitor::lead(const RunOptions& o, Coordinator& c
   m->hub_->job_event("start", "cohort run started " + plural(o.nproc_per_node, "worker") + " per node: " + o.command[0],
                      {{"argv", argv},
                       {"nproc", o.nproc_per_node},
+                      {"threads", o.threads_per_proc},  // each worker's intra-op threads (the simulator's calibration)
                       {"nnodes", first.nnodes},
                       {"run_dir", dir},
                       {"job", h.job_name},
