@@ -312,8 +312,10 @@ void StepMonitor::step(std::optional<int64_t> number, std::vector<std::pair<std:
   const CommTotals comm = flight_recorder().take_comm_totals();
   r.comm_bytes = comm.bytes;
   r.comm_s = static_cast<double>(comm.gradient_busy_us) / 1e6;
-  const int64_t hook_input = hook_input_bytes_.exchange(0, relaxed);
-  if (hook_input > 0 && comm.gradient_bytes > 0) r.compression = static_cast<double>(hook_input) / comm.gradient_bytes;
+  const int64_t hook_input = hook_input_bytes_.exchange(0, relaxed), hook_output = hook_output_bytes_.exchange(0, relaxed);
+  // The hook's own ratio: over the gradient collectives' bytes it would count the hierarchical
+  // path's float reduce-scatter and allgather inside the node (0.8 for fp16 through it).
+  if (hook_input > 0 && hook_output > 0) r.compression = static_cast<double>(hook_input) / hook_output;
   WorkerIdentity who;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -65,8 +65,12 @@ class StepMonitor {
   bool check_grad_norm(double norm, int rank);
   /// Time the reducer spent on monitoring (the norm): counted in the next record's monitor_s.
   void add_overhead_ns(int64_t ns) { overhead_ns_.fetch_add(ns, std::memory_order_relaxed); }
-  /// A communication hook was handed this many gradient bytes (the record's compression).
-  void add_hook_input_bytes(int64_t bytes) { hook_input_bytes_.fetch_add(bytes, std::memory_order_relaxed); }
+  /// A communication hook was handed `input` gradient bytes and handed on `output` bytes to its
+  /// collectives (the record's compression: input / output).
+  void add_hook_bytes(int64_t input, int64_t output) {
+    hook_input_bytes_.fetch_add(input, std::memory_order_relaxed);
+    hook_output_bytes_.fetch_add(output, std::memory_order_relaxed);
+  }
 
   // --- steps -------------------------------------------------------------------------------------
   void step(std::optional<int64_t> number, std::vector<std::pair<std::string, double>> scalars);
@@ -106,6 +110,7 @@ class StepMonitor {
   std::atomic<bool> skipped_{false};
   std::atomic<bool> grad_anomaly_sent_{false};
   std::atomic<int64_t> hook_input_bytes_{0};
+  std::atomic<int64_t> hook_output_bytes_{0};
   std::atomic<int64_t> overhead_ns_{0};  // monitoring's own time since the last record (monitor_s)
 
   std::atomic<int64_t> step_{0};

@@ -71,6 +71,7 @@ HierarchicalComm::~HierarchicalComm() = default;
 void HierarchicalComm::allreduce_sum(at::Tensor& t) {
   check_contiguous(t);
   if (t.numel() == 0) return;
+  note_handed(t);
   if (!failed_.empty()) throw CommError(rank_, "hierarchical allreduce: an earlier bucket failed (" + failed_ + ")");
   try {
     allreduce_steps(t);

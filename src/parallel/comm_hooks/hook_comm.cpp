@@ -49,6 +49,7 @@ void ReducerComm::check_contiguous(const at::Tensor& t) const {
 void GroupHookComm::allreduce_sum(at::Tensor& t) {
   check_contiguous(t);
   if (world_ == 1 || t.numel() == 0) return;
+  note_handed(t);
   bytes_.fetch_add(static_cast<int64_t>(t.nbytes()), std::memory_order_relaxed);
   if (shm_ && ShmAllreduce::supports(t)) {
     shm_->allreduce_async(t, 1.0, what_, bucket_, /*gradient=*/true)->wait();

@@ -38,14 +38,22 @@ class ReducerComm : public HookComm {
   void set_bucket(int index) { bucket_ = index; }
   /// Bytes summed since construction (what this rank put on the wire for its hooks).
   int64_t bytes() const { return bytes_.load(std::memory_order_relaxed); }
+  /// Bytes of the buckets' tensors the hooks handed to allreduce_sum since construction, the used
+  /// flags' sum not counted: the hooks' own output, whatever path carries it (with the bytes handed
+  /// to the hooks, their compression; the hierarchical path's steps inside a node are not on a wire).
+  int64_t handed() const { return handed_.load(std::memory_order_relaxed); }
   /// "flat" or "hierarchical": DDP's settings line, compared across ranks.
   virtual const char* name() const = 0;
 
  protected:
   /// allreduce_sum's precondition, the same message for every implementation.
   void check_contiguous(const at::Tensor& t) const;
+  void note_handed(const at::Tensor& t) {
+    if (bucket_ >= 0) handed_.fetch_add(static_cast<int64_t>(t.nbytes()), std::memory_order_relaxed);
+  }
   int bucket_ = -1;
   std::atomic<int64_t> bytes_{0};
+  std::atomic<int64_t> handed_{0};
 };
 
 class GroupHookComm final : public ReducerComm {

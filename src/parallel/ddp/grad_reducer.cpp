@@ -314,7 +314,9 @@ void GradReducer::finish_iteration() {
     }
     if (first) std::rethrow_exception(first);
     stats_.bytes_on_wire = hook_comm_->bytes();
-    if (monitor_ && world_ > 1 && options_.comm_hook) monitor_->add_hook_input_bytes(hook_input_bytes_);
+    const int64_t handed = hook_comm_->handed();
+    if (monitor_ && world_ > 1 && options_.comm_hook) monitor_->add_hook_bytes(hook_input_bytes_, handed - hook_handed_seen_);
+    hook_handed_seen_ = handed;
   }
   for (auto& b : buckets_) {
     wait(b);

@@ -116,6 +116,7 @@ class GradReducer : public std::enable_shared_from_this<GradReducer> {
   std::shared_ptr<CommHook> hook_;          // null: the built-in allreduce
   std::vector<GradBucket> hook_buckets_;    // views of the buckets, handed to the hook
   int64_t hook_input_bytes_ = 0;            // their gradient bytes, per synchronised backward
+  int64_t hook_handed_seen_ = 0;            // hook_comm_->handed() at the last synchronised backward
   std::unique_ptr<ReducerComm> hook_comm_;
   std::unique_ptr<CommQueue> hook_queue_;   // after what its tasks use: its destructor runs them
   std::shared_future<void> hook_flags_;     // the used flags' allreduce of this iteration

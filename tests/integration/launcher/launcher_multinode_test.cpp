@@ -3,6 +3,8 @@
 // the store reached over the "network", Gloo picking the right interface).
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -112,6 +114,37 @@ TEST(LauncherMultiNode, TwoLoopbackNodesOfTwoRanksTrainThroughTheHierarchicalAll
   }
   EXPECT_EQ(results, 4) << r0.out << r1.out;
   EXPECT_EQ(checksums.size(), 1u) << "ranks ended with different parameters:\n" << r0.out << r1.out;
+}
+
+// The fp16 hook over the hierarchical allreduce: each step's `compression` in the event log is the
+// hook's own, 2 (the bytes handed to it over the bytes it handed to its collectives), not the 0.8
+// it was over every gradient collective's bytes, the float ones inside each node included.
+TEST(LauncherMultiNode, TheFp16HooksCompressionThroughTheHierarchyIsItsOwn) {
+  const int port = free_port_pair();
+  const std::string dir = "/tmp/cohort-multinode-compression-" + std::to_string(getpid());
+  auto node = [&](int n) {
+    auto c = node_cmd(n, 2, 2, port,
+                      {FASHION_MNIST_BIN, "--model", "mlp", "--batch-size", "16", "--max-steps", "6", "--warmup-steps",
+                       "2", "--no-eval", "--threads", "1", "--comm-hook", "fp16"});
+    if (n == 0) c.insert(c.begin() + 2, {"--log-dir", dir});
+    return c;
+  };
+  Child n1(node(1));
+  Child n0(node(0));
+  Result r0 = n0.wait(240), r1 = n1.wait(240);
+  ASSERT_FALSE(r0.timed_out || r1.timed_out);
+  ASSERT_EQ(r0.exit_code(), 0) << r0.out << r0.err;
+  ASSERT_EQ(r1.exit_code(), 0) << r1.out << r1.err;
+  std::ifstream log(dir + "/events.jsonl");
+  int records = 0;
+  for (std::string line; std::getline(log, line);) {
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_object() || j.value("type", "") != "metrics" || !j.contains("compression")) continue;
+    EXPECT_NEAR(j["compression"].get<double>(), 2.0, 0.01) << line;
+    ++records;
+  }
+  EXPECT_EQ(records, 4 * 6) << "every rank's every step carries it";
+  std::filesystem::remove_all(dir);
 }
 
 // Node 0 decides about restarts and repairs for every node: a node started with other rules
