@@ -282,7 +282,7 @@ CLI::App* add_sim_command(CLI::App& app, SimOptions& o) {
   add_inputs(g_commands.optimum, o);
   g_commands.optimum->add_flag("--pretty", o.pretty, "Indent the JSON");
 
-  g_commands.published = sim->add_subcommand("published", "Published scaling figures (Horovod at 128 and 512 GPUs) next to the simulator's");
+  g_commands.published = sim->add_subcommand("published", "Published scaling figures (Horovod at 128 and 512 GPUs, PyTorch DDP at 16) next to the simulator's");
   g_commands.published->add_flag("--json", o.json, "The table as JSON");
   g_commands.published->add_flag("--pretty", o.pretty, "Indent the JSON");
 
