@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -24,6 +25,18 @@ std::vector<std::string> node_cmd(int node, int nnodes, int nproc, int port, std
                                addr, "--master-port", std::to_string(port), "--rdzv-timeout", "30", "--"};
   cmd.insert(cmd.end(), program.begin(), program.end());
   return cmd;
+}
+
+// Runs node 1's and node 0's `cohort run` (node(n) gives each command line); both must end with
+// exit status 0 within 240 s.
+void run_two_nodes(const std::function<std::vector<std::string>(int)>& node, Result& r0, Result& r1) {
+  Child n1(node(1));
+  Child n0(node(0));
+  r0 = n0.wait(240);
+  r1 = n1.wait(240);
+  ASSERT_FALSE(r0.timed_out || r1.timed_out);
+  ASSERT_EQ(r0.exit_code(), 0) << r0.out << r0.err;
+  ASSERT_EQ(r1.exit_code(), 0) << r1.out << r1.err;
 }
 
 }  // namespace
@@ -92,12 +105,8 @@ TEST(LauncherMultiNode, TwoLoopbackNodesOfTwoRanksTrainThroughTheHierarchicalAll
                      "2", "--no-eval", "--threads", "1", "--comm-hook", "powersgd", "--powersgd-rank", "2",
                      "--powersgd-start", "3"});
   };
-  Child n1(node(1));
-  Child n0(node(0));
-  Result r0 = n0.wait(240), r1 = n1.wait(240);
-  ASSERT_FALSE(r0.timed_out || r1.timed_out);
-  ASSERT_EQ(r0.exit_code(), 0) << r0.out << r0.err;
-  ASSERT_EQ(r1.exit_code(), 0) << r1.out << r1.err;
+  Result r0, r1;
+  ASSERT_NO_FATAL_FAILURE(run_two_nodes(node, r0, r1));
   std::set<std::string> checksums;
   int results = 0;
   for (const std::string& out : {r0.out, r1.out}) {
@@ -129,12 +138,8 @@ TEST(LauncherMultiNode, TheFp16HooksCompressionThroughTheHierarchyIsItsOwn) {
     if (n == 0) c.insert(c.begin() + 2, {"--log-dir", dir});
     return c;
   };
-  Child n1(node(1));
-  Child n0(node(0));
-  Result r0 = n0.wait(240), r1 = n1.wait(240);
-  ASSERT_FALSE(r0.timed_out || r1.timed_out);
-  ASSERT_EQ(r0.exit_code(), 0) << r0.out << r0.err;
-  ASSERT_EQ(r1.exit_code(), 0) << r1.out << r1.err;
+  Result r0, r1;
+  ASSERT_NO_FATAL_FAILURE(run_two_nodes(node, r0, r1));
   std::ifstream log(dir + "/events.jsonl");
   int records = 0;
   for (std::string line; std::getline(log, line);) {
