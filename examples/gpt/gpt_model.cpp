@@ -2,6 +2,8 @@
 
 #include <cohort/torch_compat.h>  // COHORT_HAS_SDPA
 
+#include "gelu_tanh.h"
+
 #include <cmath>
 
 int64_t GptConfig::parameters() const {
@@ -70,7 +72,7 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   return proj_->forward(y.transpose(1, 2).contiguous().view({b, t, d}));
 }
 
-BlockImpl::BlockImpl(const GptConfig& c) {
+BlockImpl::BlockImpl(const GptConfig& c) : aten_gelu_(c.aten_gelu) {
   ln1_ = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.dim})));
   attn_ = register_module("attn", CausalSelfAttention(c));
   ln2_ = register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.dim})));
@@ -82,7 +84,7 @@ BlockImpl::BlockImpl(const GptConfig& c) {
 
 torch::Tensor BlockImpl::forward(torch::Tensor x) {
   x = x + attn_->forward(ln1_->forward(x));
-  return x + out_->forward(torch::gelu(fc_->forward(ln2_->forward(x)), "tanh"));
+  return x + out_->forward(gelu_tanh(fc_->forward(ln2_->forward(x)), aten_gelu_));
 }
 
 EmbedImpl::EmbedImpl(const GptConfig& c) {

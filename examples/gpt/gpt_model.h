@@ -21,6 +21,7 @@ struct GptConfig {
   int64_t positions = 256;  // the position table: the longest sequence the model takes
   int64_t seq_len = 256;    // training sequence length (<= positions)
   int64_t layers = 4, heads = 4, dim = 256;
+  bool aten_gelu = false;  // ATen's tanh-GELU on CPU too, instead of gelu_tanh.h's kernel
 
   /// Trainable parameters, the tied head counted once.
   int64_t parameters() const;
@@ -55,6 +56,7 @@ class BlockImpl : public torch::nn::Module {
   torch::nn::LayerNorm ln1_{nullptr}, ln2_{nullptr};
   CausalSelfAttention attn_{nullptr};
   torch::nn::Linear fc_{nullptr}, out_{nullptr};
+  bool aten_gelu_;
 };
 TORCH_MODULE(Block);
 

@@ -29,6 +29,7 @@ namespace {
 // Flags that override the preset, applied only when given.
 struct Overrides {
   int64_t vocab = 0, positions = 0, seq_len = 0, layers = 0, heads = 0, dim = 0;
+  bool aten_gelu = false;
 };
 
 int run(Options o, const Overrides& ov) {
@@ -41,6 +42,7 @@ int run(Options o, const Overrides& ov) {
     if (flag != 0) *field = flag;
   if (ov.positions != 0 && ov.seq_len == 0) o.model.seq_len = std::min(o.model.seq_len, o.model.positions);
   if (ov.seq_len != 0) o.model.seq_len = ov.seq_len;
+  o.model.aten_gelu = ov.aten_gelu;
   if (const std::string problem = o.model.problem(); !problem.empty()) throw cohort::ConfigError(env_rank, problem);
 
   // The corpus before init(): a warm spare (cohort run --warm-spares) has it read when released.
@@ -105,6 +107,7 @@ int main(int argc, char** argv) {
   app.add_option("--layers", ov.layers, "Transformer blocks")->check(CLI::PositiveNumber);
   app.add_option("--heads", ov.heads, "Attention heads (must divide --dim)")->check(CLI::PositiveNumber);
   app.add_option("--dim", ov.dim, "Model width")->check(CLI::PositiveNumber);
+  app.add_flag("--aten-gelu", ov.aten_gelu, "ATen's tanh-GELU kernel on CPU instead of the example's (for comparison)");
   app.add_option("--mode", o.mode, "ddp, zero1, zero2, zero3 or diloco (local steps, Nesterov outer step)")
       ->check(CLI::IsMember({"ddp", "zero1", "zero2", "zero3", "diloco"}))
       ->capture_default_str();
