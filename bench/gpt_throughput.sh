@@ -3,9 +3,10 @@
 # model and step in Python with PyTorch's DDP (bench/peer_gpt.py), 2 ranks x 1 thread, preset tiny,
 # interleaved rounds; prints both medians of tokens/s and their ratio. Both sides check their result
 # (the C++ ranks must agree on the parameters' checksum; both losses finite).
-#   usage: [COHORT_BUILD=build] [PEER_PYTHON=python] [SHAPE="--layers 2 --dim 128"] bench/gpt_throughput.sh [ROUNDS (3)] [STEPS (20)] [SEQ_LEN (256)]
+#   usage: [COHORT_BUILD=build] [PEER_PYTHON=python] [SHAPE="--layers 2 --dim 128"] [COHORT_FLAGS="--aten-gelu"] bench/gpt_throughput.sh [ROUNDS (3)] [STEPS (20)] [SEQ_LEN (256)]
 # SHAPE overrides the tiny preset's depth and width on both sides (a smaller model shows the
-# per-operation overheads that the tiny preset's kernels hide).
+# per-operation overheads that the tiny preset's kernels hide). COHORT_FLAGS go to the C++ side
+# only (--aten-gelu: ATen's tanh-GELU instead of the example's kernel, to show what that kernel gives).
 # Same libtorch on both sides: COHORT_BUILD=build-torch2 PEER_PYTHON=~/.cache/cohort/venv-torch2/bin/python
 # (libtorch 1.13 has no scaled_dot_product_attention: there the C++ side uses an explicit masked
 # softmax and the Python peer cannot run).
@@ -18,6 +19,7 @@ build=${COHORT_BUILD:-build}
 py=${PEER_PYTHON:-/usr/bin/python3}
 bin=$build/examples/gpt/gpt
 read -r -a shape <<< "${SHAPE:-}"
+read -r -a cohort_flags <<< "${COHORT_FLAGS:-}"
 [ -x "$bin" ] || { echo "gpt_throughput: build first (ninja -C $build gpt)" >&2; exit 2; }
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
@@ -36,7 +38,7 @@ two_ranks() {  # label, command...: both ranks' last lines into $out/label.<roun
 
 for (( i = 0; i < rounds; i++ )); do
   two_ranks cohort "$bin" --preset tiny "${shape[@]}" --seq-len "$seq" --steps "$steps" --batch 8 --threads 1 --log-every 0 \
-    --sample-tokens 0 --eval-windows 2 --timing-warmup 3
+    --sample-tokens 0 --eval-windows 2 --timing-warmup 3 "${cohort_flags[@]}"
   two_ranks peer "$py" bench/peer_gpt.py --preset tiny "${shape[@]}" --seq-len "$seq" --steps "$steps" --batch 8 --timing-warmup 3
   echo "round $((i + 1))/$rounds done" >&2
 done

@@ -60,8 +60,10 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GptConfig& c) : heads_(c.
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   const int64_t b = x.size(0), t = x.size(1), d = x.size(2), hs = d / heads_;
-  auto qkv = qkv_->forward(x).view({b, t, 3, heads_, hs}).permute({2, 0, 3, 1, 4});  // [3, B, H, T, hs]
-  auto q = qkv[0], k = qkv[1], v = qkv[2];
+  // unbind, not qkv[0], qkv[1], qkv[2]: backward stacks the three gradients into one tensor, where
+  // three selects would each zero a tensor of qkv's size and add theirs in (5 % of a tiny step).
+  const auto qkv = qkv_->forward(x).view({b, t, 3, heads_, hs}).permute({2, 0, 3, 1, 4}).unbind(0);
+  const auto &q = qkv[0], &k = qkv[1], &v = qkv[2];  // [B, H, T, hs]
 #if COHORT_HAS_SDPA
   auto y = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
 #else
