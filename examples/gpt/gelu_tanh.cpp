@@ -23,6 +23,7 @@ class GeluTanh : public torch::autograd::Function<GeluTanh> {
 
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
                                                torch::autograd::tensor_list grads) {
+    if (!grads[0].defined()) return {torch::Tensor()};  // the output did not reach the loss
     const auto x = ctx->get_saved_variables()[0];
     const auto dy = grads[0].contiguous();
     auto dx = torch::empty_like(x);
