@@ -24,9 +24,22 @@ using Local = cohort::LocalSGD<torch::nn::Sequential>;
 
 // --- what differs between the wrappers -------------------------------------------------------------
 
-inline double clip_gradients(Ddp& m, double max_norm) { return torch::nn::utils::clip_grad_norm_(m->parameters(), max_norm); }
-inline double clip_gradients(Sharded& m, double max_norm) { return m->clip_grad_norm(max_norm); }
-inline double clip_gradients(Local& m, double max_norm) { return torch::nn::utils::clip_grad_norm_(m->parameters(), max_norm); }
+// torch::nn::utils::clip_grad_norm_'s kernels, so its values, without reading the norm back:
+// libtorch's returns it as a double, which on a GPU waits for the device at every step.
+inline void clip_grad_norm_queued(const std::vector<torch::Tensor>& params, double max_norm) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> grads, norms;
+  for (const auto& p : params)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  if (grads.empty()) return;
+  for (const auto& g : grads) norms.push_back(g.norm(2.0));
+  const auto total = norms.size() == 1 ? norms[0] : torch::stack(norms).norm(2.0);
+  const auto coef = torch::clamp_max(max_norm / (total + 1e-6), 1.0);
+  for (auto& g : grads) g.mul_(coef);
+}
+inline void clip_gradients(Ddp& m, double max_norm) { clip_grad_norm_queued(m->parameters(), max_norm); }
+inline void clip_gradients(Sharded& m, double max_norm) { m->clip_grad_norm(max_norm); }  // over the shards: a collective
+inline void clip_gradients(Local& m, double max_norm) { clip_grad_norm_queued(m->parameters(), max_norm); }
 
 // After the optimizer's step and at the end: DiLoCo counts its local steps and synchronises.
 template <typename M>
@@ -233,6 +246,7 @@ nlohmann::json train(M& model, std::shared_ptr<cohort::Context> ctx, const Corpu
     const int64_t first_step = step;  // after a restore: where this start begins
     int micro = 0;
     double loss_sum = 0;
+    torch::Tensor step_loss;  // this step's loss on the device, read once the optimizer's kernels are queued
     clock::time_point step_start;
     PhaseTimes phases(o.phase_times, device);
     for (int64_t epoch = sampler.epoch(); step < o.steps; ++epoch) {
@@ -244,7 +258,7 @@ nlohmann::json train(M& model, std::shared_ptr<cohort::Context> ctx, const Corpu
           step_start = clock::now();
           for (auto& group : optimizer.param_groups()) group.options().set_lr(schedule.lr());
           optimizer.zero_grad();
-          loss_sum = 0;
+          step_loss = torch::Tensor();
         }
         {
           std::optional<decltype(model->no_sync())> local;  // all but the last micro-step: no communication
@@ -259,7 +273,8 @@ nlohmann::json train(M& model, std::shared_ptr<cohort::Context> ctx, const Corpu
           phases.end("forward");
           loss.backward();
           phases.end("backward");
-          loss_sum += loss.item<double>();
+          const auto micro_loss = loss.detach().to(torch::kDouble);  // no item() here: on a GPU it would wait for backward
+          step_loss = step_loss.defined() ? step_loss + micro_loss : micro_loss;
         }
         if (++micro < o.accum) continue;
         micro = 0;
@@ -269,6 +284,7 @@ nlohmann::json train(M& model, std::shared_ptr<cohort::Context> ctx, const Corpu
         decay.apply(lr, o.weight_decay);
         optimizer.step();
         phases.end("optimizer");
+        loss_sum = step_loss.item<double>();
         after_step(model);
         schedule.advance();
         ++step;

@@ -318,10 +318,14 @@ void GradReducer::finish_iteration() {
     if (monitor_ && world_ > 1 && options_.comm_hook) monitor_->add_hook_bytes(hook_input_bytes_, handed - hook_handed_seen_);
     hook_handed_seen_ = handed;
   }
+  for (auto& b : buckets_) wait(b);
+  // Every bucket's used flags in one host copy: on a GPU each copy to the host waits for the device.
+  std::vector<torch::Tensor> tails;
+  tails.reserve(buckets_.size());
+  for (auto& b : buckets_) tails.push_back(b.flat.narrow(0, b.numel, static_cast<int64_t>(b.params.size())).to(torch::kFloat));
+  const auto used = tails.empty() ? torch::empty({0}) : (tails.size() == 1 ? tails[0] : torch::cat(tails)).to(torch::kCPU).contiguous();
+  const float* used_by = used.data_ptr<float>();
   for (auto& b : buckets_) {
-    wait(b);
-    auto used = b.flat.narrow(0, b.numel, static_cast<int64_t>(b.params.size())).to(torch::kCPU, torch::kFloat).contiguous();
-    const float* used_by = used.data_ptr<float>();
     for (size_t k = 0; k < b.params.size(); ++k) {
       auto& param = params_[b.params[k]].tensor;
       if (used_by[k] <= 0) {  // no rank used it: its gradient stays as it was
@@ -336,6 +340,7 @@ void GradReducer::finish_iteration() {
         param.mutable_grad() = alias_of(b.flat, b.offset[k], param);  // the average is already there
       }
     }
+    used_by += b.params.size();
   }
   stats_.sync_iterations++;
   note_ddp_iteration();  // the agent's progress counter (heartbeats, --hang-timeout)
