@@ -12,6 +12,7 @@
 #include <iostream>
 #include <optional>
 
+#include "clip_grad.h"
 #include "corpus.h"
 #include "gpt_model.h"
 #include "options.h"
@@ -24,19 +25,6 @@ using Local = cohort::LocalSGD<torch::nn::Sequential>;
 
 // --- what differs between the wrappers -------------------------------------------------------------
 
-// torch::nn::utils::clip_grad_norm_'s kernels, so its values, without reading the norm back:
-// libtorch's returns it as a double, which on a GPU waits for the device at every step.
-inline void clip_grad_norm_queued(const std::vector<torch::Tensor>& params, double max_norm) {
-  torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> grads, norms;
-  for (const auto& p : params)
-    if (p.grad().defined()) grads.push_back(p.grad());
-  if (grads.empty()) return;
-  for (const auto& g : grads) norms.push_back(g.norm(2.0));
-  const auto total = norms.size() == 1 ? norms[0] : torch::stack(norms).norm(2.0);
-  const auto coef = torch::clamp_max(max_norm / (total + 1e-6), 1.0);
-  for (auto& g : grads) g.mul_(coef);
-}
 inline void clip_gradients(Ddp& m, double max_norm) { clip_grad_norm_queued(m->parameters(), max_norm); }
 inline void clip_gradients(Sharded& m, double max_norm) { m->clip_grad_norm(max_norm); }  // over the shards: a collective
 inline void clip_gradients(Local& m, double max_norm) { clip_grad_norm_queued(m->parameters(), max_norm); }

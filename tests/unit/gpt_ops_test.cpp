@@ -1,10 +1,13 @@
-// examples/gpt's tanh-GELU kernel against ATen's torch::gelu(x, "tanh"): the same function, value
-// and gradient, within float rounding; and the cases it must leave to ATen.
+// The GPT example's own operations against the libtorch ones they replace: the tanh-GELU kernel
+// against ATen's torch::gelu(x, "tanh") (the same function, value and gradient, within float
+// rounding; and the cases it leaves to ATen), the queued gradient clipping against libtorch's
+// clip_grad_norm_ (bitwise).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <string>
 
+#include "../examples/gpt/clip_grad.h"
 #include "../examples/gpt/gelu_tanh.h"
 
 namespace {
@@ -60,4 +63,36 @@ TEST(GptGelu, OtherTensorsAndTheAtenFlagGoThroughAtensOp) {
   EXPECT_TRUE(torch::equal(gelu_tanh(x, /*aten=*/true), torch::gelu(x, "tanh")));
   const auto d = x.to(torch::kDouble);
   EXPECT_TRUE(torch::equal(gelu_tanh(d), torch::gelu(d, "tanh")));
+}
+
+namespace {
+
+// Parameters whose gradients have a global norm of about 3·sqrt(n): far above 1, so clipping scales.
+std::vector<torch::Tensor> params_with_gradients(int64_t seed) {
+  torch::manual_seed(seed);
+  std::vector<torch::Tensor> params;
+  for (auto shape : {std::vector<int64_t>{64, 32}, {32}, {7, 5, 3}, {1}}) {
+    auto p = torch::randn(shape).requires_grad_(true);
+    p.mutable_grad() = torch::randn(shape) * 3.0;
+    params.push_back(p);
+  }
+  params.push_back(torch::randn({4}).requires_grad_(true));  // no gradient: left alone by both
+  return params;
+}
+
+}  // namespace
+
+TEST(GptClip, TheQueuedClipIsLibtorchsClipWithoutTheReadBack) {
+  for (const double max_norm : {1.0, 1e6}) {  // scaled, and left as it was
+    auto ours = params_with_gradients(5), theirs = params_with_gradients(5);
+    clip_grad_norm_queued(ours, max_norm);
+    const double norm = torch::nn::utils::clip_grad_norm_(theirs, max_norm);
+    EXPECT_GT(norm, 10.0);
+    for (size_t i = 0; i + 1 < ours.size(); ++i)
+      EXPECT_TRUE(torch::equal(ours[i].grad(), theirs[i].grad())) << "parameter " << i << ", max_norm " << max_norm;
+    EXPECT_FALSE(ours.back().grad().defined());
+  }
+  auto before = params_with_gradients(5), clipped = params_with_gradients(5);
+  clip_grad_norm_queued(clipped, 1.0);
+  EXPECT_FALSE(torch::equal(before[0].grad(), clipped[0].grad()));  // it did scale
 }
