@@ -9,8 +9,8 @@ warm-up, gradient clipping at 1.0. Started once per rank with RANK / WORLD_SIZE 
 MASTER_PORT set; prints one JSON line per rank with the example's field names.
 
 --device cuda (scripts/gpu-check.sh, a world of one): NCCL, bf16 autocast, the loss read back every
-step as the example does (so both time the same synchronised steps); --fused-adamw picks PyTorch's
-fused AdamW instead of its default (foreach) one.
+step after the optimizer's step is queued, as the example does (so both time the same synchronised
+steps); --fused-adamw picks PyTorch's fused AdamW instead of its default (foreach) one.
 """
 import argparse, json, math, os, time
 
@@ -163,11 +163,11 @@ def main():
             phase("forward")
             loss.backward()
             phase("backward")
-            loss_value = loss.item()  # as the example reads it: every step ends synchronised
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             phase("clip")
             opt.step()
             phase("optimizer")
+            loss_value = loss.item()  # as the example reads it: once the optimizer is queued; every step ends synchronised
             step += 1
             if step > a.timing_warmup:
                 timed += 1
