@@ -5,6 +5,7 @@
 #include "cohort/checksum.h"
 #include "cohort/comm_hook.h"
 #include "cohort/context.h"
+#include "cohort/device_mesh.h"
 #include "cohort/distributed_data_parallel.h"
 #include "cohort/distributed_sampler.h"
 #include "cohort/error.h"
