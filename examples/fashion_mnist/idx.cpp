@@ -4,11 +4,14 @@
 
 #include <ATen/ATen.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <array>
 #include <memory>
+#include <vector>
 
+#include "cohort/data_file.h"
 #include "cohort/error.h"
 
 namespace cohort {
@@ -17,6 +20,16 @@ namespace {
 bool exists(const std::string& p) {
   struct stat st {};
   return ::stat(p.c_str(), &st) == 0;
+}
+
+// What the example reads into memory at most, per file: the Fashion-MNIST training images are
+// 47 MiB; a header that claims more is refused before the allocation it asks for.
+const DataFileLimit kLimit{1ull << 30, "the example reads into memory"};
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s;
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? " x " : "") + std::to_string(shape[i]);
+  return s;
 }
 
 uint32_t big_endian(const unsigned char* b) {
@@ -29,8 +42,15 @@ at::Tensor read_idx(const std::string& path, int rank) {
   std::string file = path;
   if (!exists(file) && exists(path + ".gz")) file = path + ".gz";
   if (!exists(file)) throw ConfigError(rank, "IDX file not found: " + path + " (nor " + path + ".gz)");
-  std::unique_ptr<gzFile_s, int (*)(gzFile)> gz(gzopen(file.c_str(), "rb"), gzclose);
-  if (!gz) throw ConfigError(rank, "cannot open IDX file " + file);
+  // A FIFO or a device is refused here (reading it would block or never end); so is a file whose
+  // compressed size alone is over the cap.
+  const DataFile opened = open_data_file(file, kLimit);
+  if (opened.fd < 0) throw ConfigError(rank, "IDX file " + file + ": " + opened.problem);
+  std::unique_ptr<gzFile_s, int (*)(gzFile)> gz(gzdopen(opened.fd, "rb"), gzclose);
+  if (!gz) {
+    ::close(opened.fd);  // gzdopen leaves it open when it fails
+    throw ConfigError(rank, "cannot open IDX file " + file);
+  }
   auto read = [&](void* dst, size_t n) {
     size_t got = 0;
     while (got < n) {
@@ -53,11 +73,26 @@ at::Tensor read_idx(const std::string& path, int rank) {
     default: throw ConfigError(rank, file + " has an unknown IDX element type");
   }
   std::vector<int64_t> shape(magic[3]);
+  uint64_t data_bytes = at::elementSize(type);
+  bool overflow = false;
   for (auto& d : shape) {
     unsigned char b[4];
     read(b, 4);
     d = big_endian(b);
+    overflow = overflow || __builtin_mul_overflow(data_bytes, static_cast<uint64_t>(d), &data_bytes);
   }
+  // The header's sizes decide the allocation: check them before trusting them.
+  if (overflow || data_bytes > kLimit.max_bytes)
+    throw ConfigError(rank, "IDX file " + file + " declares a " + shape_text(shape) + " array (" +
+                                (overflow ? std::string("more than 16 EiB") : byte_size_text(data_bytes)) + "), more than the " +
+                                byte_size_text(kLimit.max_bytes) + " " + kLimit.what_for);
+  const uint64_t header = 4 + 4 * shape.size();
+  // Uncompressed, the file must hold what the header promises; gzipped, deflate's best ratio
+  // (1032:1) bounds what its bytes can expand to.
+  const uint64_t can_hold = gzdirect(gz.get()) ? opened.bytes - header : opened.bytes * 1032;
+  if (data_bytes > can_hold)
+    throw ConfigError(rank, "IDX file " + file + " is truncated or corrupt: it declares a " + shape_text(shape) + " array (" +
+                                byte_size_text(data_bytes) + ") in " + byte_size_text(opened.bytes));
   auto t = at::empty(shape, at::TensorOptions().dtype(type));
   read(t.data_ptr(), t.nbytes());
   if (t.element_size() > 1) {

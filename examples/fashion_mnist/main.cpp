@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "cli_checks.h"  // examples::kFinite, examples::parse_command_line
+#include "error_line.h"  // examples::error_line
 #include "fashion_mnist_data.h"
 #include "models.h"
 #include "sample_log.h"
@@ -448,8 +449,8 @@ int main(int argc, char** argv) {
   } catch (const cohort::Error& e) {
     std::cerr << "fashion_mnist: " + std::string(e.what()) + "\n" << std::flush;
     return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "fashion_mnist: " + std::string(e.what()) + "\n" << std::flush;
+  } catch (const std::exception& e) {  // libtorch's errors included, by their first line
+    std::cerr << "fashion_mnist: " + examples::error_line(e) + "\n" << std::flush;
     return 1;
   }
 }

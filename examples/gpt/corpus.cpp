@@ -1,23 +1,26 @@
 #include "corpus.h"
 
+#include <cohort/data_file.h>
 #include <cohort/error.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 
 namespace fs = std::filesystem;
 
 namespace {
 
-std::string read_whole(const fs::path& file, int rank) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw cohort::ConfigError(rank, "corpus file " + file.string() + " cannot be read");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+// The example holds the corpus in memory, in a few copies (the text, the splits, the tokens).
+const cohort::DataFileLimit kLimit{1ull << 30, "the example reads into memory; give it a part of the text"};
+
+// A FIFO or a device is refused (a FIFO would block before init(), where no hang detector looks;
+// /dev/zero would grow until std::bad_alloc), as is a file over the cap.
+std::string read_whole(const std::string& label, const fs::path& file, int rank) {
+  std::string text, problem;
+  if (!cohort::read_data_file(file.string(), kLimit, text, problem)) throw cohort::ConfigError(rank, label + ": " + problem);
+  return text;
 }
 
 torch::Tensor to_tokens(const std::string& text) {
@@ -42,10 +45,12 @@ Corpus load_corpus(const std::string& path, int rank) {
     throw cohort::ConfigError(rank, "corpus " + path + " does not exist (install Debian's fortunes package, or pass "
                                     "--corpus FILE_OR_DIRECTORY)");
   std::vector<fs::path> files;
-  if (fs::is_directory(status)) {
+  const bool directory = fs::is_directory(status);
+  if (directory) {
     for (const auto& e : fs::directory_iterator(path, ec)) {
       // The .u8 names are symbolic links to the same files; .dat files are strfile's indexes.
-      if (e.is_symlink() || !e.is_regular_file() || e.path().extension() == ".dat") continue;
+      // Anything else but a subdirectory is read, and must be a regular file (read_whole).
+      if (e.is_symlink() || e.is_directory() || e.path().extension() == ".dat") continue;
       files.push_back(e.path());
     }
     std::sort(files.begin(), files.end());
@@ -54,8 +59,14 @@ Corpus load_corpus(const std::string& path, int rank) {
   }
   std::string train, val;
   size_t records = 0;
+  uint64_t total = 0;
   for (const auto& f : files) {
-    std::istringstream lines(read_whole(f, rank));
+    const std::string text = read_whole(directory ? "corpus file " + f.string() : "--corpus " + path, f, rank);
+    if ((total += text.size()) > kLimit.max_bytes)
+      throw cohort::ConfigError(rank, "--corpus " + path + ": more than the " + cohort::byte_size_text(kLimit.max_bytes) +
+                                          " " + kLimit.what_for + " (in its first " + std::to_string(&f - files.data() + 1) +
+                                          " files)");
+    std::istringstream lines(text);
     std::string record, line;
     auto flush = [&] {
       if (record.empty()) return;

@@ -3,8 +3,8 @@
 // The default corpus is Debian's `fortunes` package (/usr/share/games/fortunes): about 4 MB of
 // English quotations, jokes and verse in 50-odd files, public, installed with one apt-get, varied
 // enough that a small model's loss keeps falling for thousands of steps. A file or a directory of
-// files (every regular file not ending in .dat, the fortune index, read in name order) may be
-// given instead. Fortunes are separated by lines holding "%"; every 20th one goes to the
+// files (every file not ending in .dat, the fortune index, read in name order; subdirectories
+// and symbolic links skipped, anything else not a regular file refused) may be given instead. Fortunes are separated by lines holding "%"; every 20th one goes to the
 // validation split, so that both splits cover every file. Tokens are bytes (vocabulary 256): no
 // tokenizer to train or to save, and any text works.
 #pragma once
@@ -24,7 +24,8 @@ struct Corpus {
 };
 
 /// Reads and splits `path`. Throws cohort::ConfigError naming the rank and the problem: the path
-/// missing, unreadable, or without text.
+/// missing, unreadable, not a regular file (a FIFO, a device; in a directory too), over 1 GiB
+/// (cohort/data_file.h), or without text.
 Corpus load_corpus(const std::string& path, int rank);
 
 /// Training windows: window i is tokens [i·T, i·T + T] (T + 1 tokens: inputs and next-token

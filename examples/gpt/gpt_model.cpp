@@ -18,6 +18,10 @@ double GptConfig::flops_per_token() const {
 
 std::string GptConfig::problem() const {
   if (vocab < 256) return "--vocab " + std::to_string(vocab) + " is smaller than the byte tokenizer's 256 symbols";
+  // The byte tokenizer uses 256 rows; more only pad the table (GPT-2's 50304, Llama 3's 128256).
+  // Far more would only end in an allocation failure.
+  if (vocab > (int64_t{1} << 20))
+    return "--vocab " + std::to_string(vocab) + " is more than 1048576 embedding rows (the byte tokenizer uses 256)";
   if (layers < 1 || heads < 1 || dim < 1 || positions < 1 || seq_len < 1)
     return "--layers, --heads, --dim, --positions and --seq-len must be positive";
   if (dim % heads != 0)

@@ -20,6 +20,7 @@
 
 #include "cli_checks.h"  // examples::kFinite, examples::parse_command_line
 #include "corpus.h"
+#include "error_line.h"  // examples::error_line
 #include "gpt_model.h"
 #include "options.h"
 #include "train.h"
@@ -158,8 +159,8 @@ int main(int argc, char** argv) {
   } catch (const cohort::Error& e) {
     std::cerr << "gpt: " + std::string(e.what()) + "\n" << std::flush;
     return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "gpt: " + std::string(e.what()) + "\n" << std::flush;
+  } catch (const std::exception& e) {  // libtorch's errors included, by their first line
+    std::cerr << "gpt: " + examples::error_line(e) + "\n" << std::flush;
     return 1;
   }
 }
