@@ -72,12 +72,14 @@ void wait_both(Buddies::InFlight& in_flight, WorkHandle& sent, WorkHandle& recei
   if (in_flight.aborted) throw std::runtime_error("the job re-forms; the exchange was given up");
 }
 
-// Sends `out` to rank `to` and receives what `from` sends, sizes first, over `group`; returns the
-// received bytes.
-at::Tensor swap_blobs(Backend& group, Buddies::InFlight& in_flight, const std::string& out, int to, int from, int tag) {
+// Sends `out` to the buddy (rank 1 of b.to_group) and receives what b.from sends (rank 0 of
+// b.from_group), sizes first; returns the received bytes.
+at::Tensor swap_blobs(const Buddies& b, const std::string& out, int tag) {
+  Backend &to = *b.to_group, &from = *b.from_group;
+  Buddies::InFlight& in_flight = *b.in_flight;
   std::vector<at::Tensor> out_size{at::full({1}, static_cast<int64_t>(out.size()), at::kLong)};
   std::vector<at::Tensor> in_size{at::zeros({1}, at::kLong)};
-  WorkHandle sent = group.send(out_size, to, tag), received = group.recv(in_size, from, tag);
+  WorkHandle sent = to.send(out_size, 1, tag), received = from.recv(in_size, 0, tag);
   wait_both(in_flight, sent, received);
   const int64_t in_bytes = in_size[0].item<int64_t>();
   if (in_bytes < 0 || in_bytes > (int64_t{1} << 40)) throw std::runtime_error("an impossible size: " + std::to_string(in_bytes));
@@ -86,8 +88,8 @@ at::Tensor swap_blobs(Backend& group, Buddies::InFlight& in_flight, const std::s
   if (!out.empty()) std::memcpy(out_blob[0].data_ptr(), out.data(), out.size());
   sent.reset();
   received.reset();
-  if (!out.empty()) sent = group.send(out_blob, to, tag + 1);
-  if (in_bytes > 0) received = group.recv(in_blob, from, tag + 1);
+  if (!out.empty()) sent = to.send(out_blob, 1, tag + 1);
+  if (in_bytes > 0) received = from.recv(in_blob, 0, tag + 1);
   wait_both(in_flight, sent, received);
   return in_blob[0];
 }
@@ -102,10 +104,24 @@ Buddies make_buddies(Context& ctx) {
   const int64_t agreed = allreduce_int(ctx, shaped ? per_machine : -1, c10d::ReduceOp::MIN);
   if (agreed != per_machine || allreduce_int(ctx, per_machine, c10d::ReduceOp::MAX) != per_machine) return {};
   Buddies b;
-  b.group = detail::make_cpu_subgroup(ctx, "cohort/snapshot-buddies/", ctx.rank(), world);
-  if (!b.group) return {};
+  b.world = world;
   b.to = (ctx.rank() + per_machine) % world;
   b.from = (ctx.rank() - per_machine + world) % world;
+  // A pair's group is named by its sender. Making one waits for the other rank to make it too, so
+  // if every rank made its `to` pair first, each would wait on the next around the ring for ever:
+  // the first machine makes its `from` pair first, which the last machine makes first, and that
+  // unwinds the ring backwards (two machines: both make the pair sent from machine 1 first).
+  auto pair = [&](int sender, int rank_in_pair) {
+    return detail::make_cpu_subgroup(ctx, "cohort/snapshot-buddies/" + std::to_string(sender) + "/", rank_in_pair, 2);
+  };
+  if (ctx.env().node_rank == 0) {
+    b.from_group = pair(b.from, 1);
+    b.to_group = pair(ctx.rank(), 0);
+  } else {
+    b.to_group = pair(ctx.rank(), 0);
+    b.from_group = pair(b.from, 1);
+  }
+  if (!b.to_group || !b.from_group) return {};
   return b;
 }
 
@@ -119,7 +135,7 @@ std::string exchange_with_buddies(const Buddies& b, const std::string& step_dir,
   }
   at::Tensor in;
   try {
-    in = swap_blobs(*b.group, *b.in_flight, blob, b.to, b.from, static_cast<int>((tag % (1 << 20)) * 2));
+    in = swap_blobs(b, blob, static_cast<int>((tag % (1 << 20)) * 2));
   } catch (const std::exception& e) {
     const std::string what = e.what();
     return "the copy for or from a buddy (ranks " + std::to_string(b.to) + ", " + std::to_string(b.from) +
@@ -127,7 +143,7 @@ std::string exchange_with_buddies(const Buddies& b, const std::string& step_dir,
   }
   if (!problem.empty()) return problem;
   if (in.numel() == 0) return "rank " + std::to_string(b.from) + " sent no copy of its files";
-  const int world = b.group->getSize();
+  const int world = b.world;
   const std::string shard = per_rank_file_name("shard", b.from, world), state = per_rank_file_name("rank", b.from, world);
   auto got = unpack(static_cast<const char*>(in.data_ptr()), static_cast<size_t>(in.numel()),
                     [&](const std::string& name) { return name == shard || name == state; });

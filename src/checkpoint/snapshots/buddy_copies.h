@@ -5,8 +5,10 @@
 // sharded model, or a comm hook's per-rank state (PowerSGD's errors), exists on one rank only: a
 // lost machine would take it along. So each rank's per-rank snapshot files are also written on its
 // buddy: the rank with the same local rank on the next machine (rank + ranks per machine, around
-// the ring). The exchange runs on the snapshot writers' threads over a Gloo group of their own —
-// never the training's group, whose collectives the training thread issues meanwhile — before
+// the ring). The exchange runs on the snapshot writers' threads over Gloo groups of their own —
+// never the training's group, whose collectives the training thread issues meanwhile: one group
+// of two ranks per ring neighbour, as a Gloo group connects every pair of its ranks when it is
+// made (a group of the whole job: n - 1 connections per rank, for two that talk) — before
 // each rank reports its part: a snapshot commits only once every buddy copy is written and checked
 // (sizes and XXH3-64 on arrival; restore verifies again against the manifest).
 //
@@ -32,7 +34,9 @@ namespace cohort::ckpt {
 struct Buddies {
   int to = -1;    // the rank that keeps a copy of this rank's files
   int from = -1;  // the rank whose files this rank keeps a copy of
-  c10::intrusive_ptr<Backend> group;  // the writers' own group (every rank of the job)
+  int world = 0;  // the job's world size (names the per-rank files)
+  // The writers' own groups of two: this rank (0) and `to` (1); `from` (0) and this rank (1).
+  c10::intrusive_ptr<Backend> to_group, from_group;
   // The exchange's send and receive in flight on the writer's thread, for abort_exchange().
   struct InFlight {
     std::mutex mutex;
@@ -40,7 +44,7 @@ struct Buddies {
     bool aborted = false;
   };
   std::shared_ptr<InFlight> in_flight = std::make_shared<InFlight>();
-  bool active() const { return to >= 0 && group; }
+  bool active() const { return to >= 0 && to_group && from_group; }
 };
 
 /// Collective (every rank, from the Checkpointer's constructor): the buddies of a job on several

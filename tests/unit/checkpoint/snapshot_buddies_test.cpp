@@ -6,10 +6,12 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <atomic>
 #include <filesystem>
 #include <mutex>
 #include <set>
 
+#include "checkpoint/snapshots/buddy_copies.h"
 #include "checkpoint/storage/checkpoint_dir.h"
 #include "cohort/checkpointer.h"
 #include "cohort/comm_hook.h"
@@ -299,6 +301,42 @@ TEST(SnapshotBuddies, OnThreeMachinesEachGetsTheShardsItLacksFromTheOthers) {
   expect_restored_from_memory(run_sharded(disk, memory, 3, 1, true), saved);
   fs::remove_all(disk);
   fs::remove_all(memory);
+}
+
+// Sockets this process holds: Gloo's connections and listeners.
+int open_sockets() {
+  int n = 0;
+  for (const auto& e : fs::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    const fs::path target = fs::read_symlink(e.path(), ec);
+    if (!ec && target.string().rfind("socket:", 0) == 0) ++n;
+  }
+  return n;
+}
+
+// The sockets each rank's buddies (make_buddies, a machine a rank) add to the process.
+int buddy_sockets_per_rank(int world) {
+  std::atomic<int> before{0}, after{0};
+  run_ranks(world, [&](std::shared_ptr<Context> ctx) {
+    ctx->barrier();
+    if (ctx->rank() == 0) before = open_sockets();
+    ctx->barrier();
+    ckpt::Buddies buddies = ckpt::make_buddies(*ctx);
+    ctx->barrier();
+    if (ctx->rank() == 0) after = open_sockets();
+    ctx->barrier();
+    EXPECT_TRUE(buddies.active()) << "rank " << ctx->rank();
+  }, RankOptions{.ranks_per_node = 1});
+  return (after - before) / world;
+}
+
+// Only ring neighbours exchange copies, so only they connect: as many sockets a rank at 8 ranks as
+// at 4. One group of the whole job connected every pair: n - 1 connections a rank, thousands at
+// thousands of ranks, each a file descriptor and a handshake at start and after every rejoin.
+TEST(SnapshotBuddies, EachRankConnectsToItsRingNeighboursOnly) {
+  const int at4 = buddy_sockets_per_rank(4), at8 = buddy_sockets_per_rank(8);
+  EXPECT_EQ(at8, at4) << "sockets a rank for its buddies: " << at4 << " at 4 ranks, " << at8 << " at 8";
+  EXPECT_LT(at8, 7) << "at 8 ranks, each rank connects to more than its two neighbours";
 }
 
 }  // namespace snapshot_buddies
