@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "checkpoint/storage/checkpoint_dir.h"
 #include "checkpoint/checkpointer_impl.h"
 #include "cohort/distributed_sampler.h"
 #include "cohort/error.h"
@@ -118,6 +119,8 @@ bool Checkpointer::Impl::map_into_file(const std::string& name, const NamedTenso
     header = ckpt::tensor_file_header(live, rank_, &bytes);
     std::error_code ec;
     std::filesystem::create_directories(spare_dir(), ec);  // where the file is mapped until its commit
+    if (const std::string why = ckpt::real_directory_problem(spare_dir()); !why.empty())  // its files are not ours
+      throw CheckpointError(rank_, spare_dir() + ": " + why);
     m = &mappings_.map(spare_dir() + "/" + name, bytes);
   } catch (const Error& e) {
     detail::log(detail::LogLevel::debug, std::string("snapshot file written instead of mapped: ") + e.what());

@@ -290,6 +290,7 @@ void Checkpointer::Impl::retire_old() {
     const int first = every_rank ? 0 : rank_, last = every_rank ? ctx_.world_size() - 1 : rank_;
     for (int r = first; r <= last; ++r) {
       if (::mkdir(spare_dir(r).c_str(), 0700) != 0 && errno != EEXIST) continue;
+      if (!ckpt::real_directory_problem(spare_dir(r)).empty()) continue;  // a link: nothing moves out of the folder
       for (const auto& name : file_names_of(r)) kept[name] = spare_dir(r);
     }
   }

@@ -93,8 +93,13 @@ void Checkpointer::Impl::write_and_commit(const SaveJob& job) {
 std::vector<ckpt::ManifestFile> Checkpointer::Impl::write_files(const SaveJob& job, const std::string& path) {
   make_dirs(owner_.dir_, rank_);
   struct stat st {};
-  const bool existed = ::stat(path.c_str(), &st) == 0;
+  const bool existed = ::lstat(path.c_str(), &st) == 0;
   make_dir(path, rank_);
+  // A step path that is a link (or a file) is someone else's: refused before anything is written or
+  // removed there, also when it appeared between the lstat and the mkdir (EEXIST). The writers
+  // below open the directory with O_NOFOLLOW besides (AtomicWriter), so a later swap fails too.
+  if (const std::string why = ckpt::real_directory_problem(path); !why.empty())
+    throw CheckpointError(rank_, "could not save step " + std::to_string(job.step) + " into " + path + ": " + why);
   const std::string shard_name = job.sharded ? per_rank_name("shard") : "";
   const std::string rank_name = job.has_rank_state ? per_rank_name("rank") : "";
   if (existed) {
@@ -122,7 +127,8 @@ std::vector<ckpt::ManifestFile> Checkpointer::Impl::write_files(const SaveJob& j
   auto write = [&](const std::string& name, const ckpt::NamedTensors& tensors) {
     for (const auto& [mapped_name, m] : job.mapped)  // the capture wrote the bytes already
       if (mapped_name == name) return mappings_.commit(*m, spare_dir() + "/" + name, path, name);
-    const std::string reuse = is_snapshots_ ? spare_dir() + "/" + name : "";
+    const bool spare = is_snapshots_ && ckpt::real_directory_problem(spare_dir()).empty();  // never a link's files
+    const std::string reuse = spare ? spare_dir() + "/" + name : "";
     return ckpt::write_tensor_file(path, name, tensors, rank_, direct, reuse);
   };
   try {

@@ -179,7 +179,7 @@ void complete_per_rank_files(Context& ctx, const std::string& step_dir) {
   const int rank = ctx.rank(), world = ctx.world_size();
   const bool writer = ctx.local_rank() == 0;  // one per machine
   std::vector<ManifestFile> files;
-  if (writer) {
+  if (writer && real_directory_problem(step_dir).empty()) {  // a link: no copy here, nothing read through it
     try {
       const Manifest m = Manifest::parse(read_small_file(step_dir + "/" + kManifestName, kMaxManifestBytes, rank));
       for (const auto& f : m.files)

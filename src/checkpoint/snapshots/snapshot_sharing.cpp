@@ -87,6 +87,8 @@ std::string unpack(const std::string& dir, int64_t step, const char* blob, size_
   }
   const std::string path = dir + "/" + step_dir_name(step);
   remove_checkpoint(path);  // an uncommitted one of this step (or a bad one): nothing of it stays
+  if (const std::string why = real_directory_problem(path); !why.empty() && why != "missing")
+    return path + ": " + why;  // a link stays as it is, and nothing is written through it
   std::error_code ec;
   std::filesystem::create_directories(path, ec);
   if (ec) throw CheckpointError(rank, "could not create " + path + ": " + ec.message());
@@ -130,7 +132,7 @@ void share_newest_snapshot(Context& ctx, const std::string& dir) {
                                                 std::to_string(sender) + " into " + dir);
       else
         detail::log_warn("the snapshot of step " + std::to_string(best) + " from rank " + std::to_string(sender) +
-                         " arrived damaged and is not used (" + problem + "); the restore takes what every machine has");
+                         " is not used (" + problem + "); the restore takes what every machine has");
     }
   }
   // Per-rank files (shards, a comm hook's state): each machine holds its own ranks' and its

@@ -40,7 +40,7 @@ std::vector<ListedCheckpoint> merge_listings(std::vector<ListedCheckpoint> disk,
 
 void drop_snapshots_after(const std::string& dir, int64_t step) {
   for (const auto& c : list_checkpoints(dir, /*read_manifests=*/false))
-    if (c.step > step) remove_checkpoint(c.path);
+    if (c.step > step && !c.foreign) remove_checkpoint(c.path);  // a link stays, its target untouched
 }
 
 }  // namespace cohort::ckpt

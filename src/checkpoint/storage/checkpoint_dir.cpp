@@ -1,10 +1,13 @@
 #include "checkpoint/storage/checkpoint_dir.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 
 #include "checkpoint/format/safetensors.h"
 #include "cohort/error.h"
@@ -12,21 +15,31 @@
 namespace cohort::ckpt {
 namespace {
 
-std::vector<std::string> entries_of(const std::string& dir) {
+// The names in the directory open as `dir_fd` (which stays open: the listing reads a duplicate).
+std::vector<std::string> entries_at(int dir_fd) {
   std::vector<std::string> names;
-  if (DIR* d = ::opendir(dir.c_str())) {
-    while (dirent* e = ::readdir(d)) {
-      const std::string n = e->d_name;
-      if (n != "." && n != "..") names.push_back(n);
-    }
-    ::closedir(d);
+  const int fd = ::dup(dir_fd);
+  if (fd < 0) return names;
+  DIR* d = ::fdopendir(fd);
+  if (d == nullptr) {
+    ::close(fd);
+    return names;
   }
+  ::rewinddir(d);  // the duplicate shares the offset
+  while (dirent* e = ::readdir(d)) {
+    const std::string n = e->d_name;
+    if (n != "." && n != "..") names.push_back(n);
+  }
+  ::closedir(d);
   return names;
 }
 
-bool is_directory(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+std::vector<std::string> entries_of(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return {};
+  auto names = entries_at(fd);
+  ::close(fd);
+  return names;
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
@@ -35,7 +48,29 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 }  // namespace
 
+std::string real_directory_problem(const std::string& given) {
+  std::string path = given;  // "link/" would resolve the link: the name itself is asked about
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return errno == ENOENT ? "missing" : std::strerror(errno);
+  if (S_ISDIR(st.st_mode)) return {};
+  if (S_ISLNK(st.st_mode)) {
+    char target[4096];
+    const ssize_t n = ::readlink(path.c_str(), target, sizeof(target) - 1);
+    const std::string to = n > 0 ? " to " + std::string(target, static_cast<size_t>(n)) : std::string();
+    return "a symbolic link" + to +
+           " (cohort follows no link inside a checkpoint directory: remove the link, or move the checkpoint itself here)";
+  }
+  return "not a directory";
+}
+
 std::optional<Manifest> read_manifest(const std::string& path, std::string* problem) {
+  // The directory first: through a link, the manifest (and every file it lists) would be another
+  // directory's, outside the one the user named.
+  if (std::string why = real_directory_problem(path); !why.empty()) {
+    *problem = why;
+    return std::nullopt;
+  }
   const std::string file = path + "/" + kManifestName;
   struct stat st {};
   if (::lstat(file.c_str(), &st) != 0) {
@@ -58,10 +93,17 @@ std::vector<ListedCheckpoint> list_checkpoints(const std::string& dir, bool read
   for (const auto& name : entries_of(dir)) {
     const int64_t step = step_from_dir_name(name);
     const std::string path = dir + "/" + name;
-    if (step < 0 || !is_directory(path)) continue;
+    if (step < 0) continue;
     ListedCheckpoint c;
     c.path = path;
     c.step = step;
+    c.problem = real_directory_problem(path);
+    if (c.problem == "missing") continue;  // removed since the listing
+    if (!c.problem.empty()) {  // never looked into: neither its manifest nor its files are this folder's
+      c.foreign = true;
+      out.push_back(std::move(c));
+      continue;
+    }
     if (!read_manifests) {
       if (::access((path + "/" + kManifestName).c_str(), F_OK) == 0) c.manifest = Manifest{};
       out.push_back(std::move(c));
@@ -125,28 +167,31 @@ std::string verify_checkpoint(const std::string& path, bool per_rank_files) {
 }
 
 bool remove_checkpoint(const std::string& path, const std::map<std::string, std::string>& keep) {
+  // Everything through a descriptor of the directory itself: a `path` that is a symbolic link is not
+  // opened (O_NOFOLLOW), so nothing in its target is removed, even if it became one since listed;
+  // unlinkat() of a link inside removes the link, not its target.
+  const int dir_fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dir_fd < 0) return false;
   bool clean = true;
-  const std::string manifest = path + "/" + kManifestName;
-  if (::unlink(manifest.c_str()) == 0) {
-    try {
-      fsync_dir(path, -1);
-    } catch (...) {
-      clean = false;
-    }
-  }
-  for (const auto& name : entries_of(path)) {
+  if (::unlinkat(dir_fd, kManifestName, 0) == 0) clean &= ::fsync(dir_fd) == 0;
+  for (const auto& name : entries_at(dir_fd)) {
     const auto to = keep.find(name);
-    const bool kept = to != keep.end() && ::rename((path + "/" + name).c_str(), (to->second + "/" + name).c_str()) == 0;
-    clean &= kept || ::unlink((path + "/" + name).c_str()) == 0;
+    const bool kept =
+        to != keep.end() && ::renameat(dir_fd, name.c_str(), AT_FDCWD, (to->second + "/" + name).c_str()) == 0;
+    clean &= kept || ::unlinkat(dir_fd, name.c_str(), 0) == 0;
   }
-  clean &= ::rmdir(path.c_str()) == 0;
+  ::close(dir_fd);
+  clean &= ::rmdir(path.c_str()) == 0;  // a link put there meanwhile: ENOTDIR, nothing removed
   return clean;
 }
 
 void remove_temporaries(const std::string& path, const std::vector<std::string>& names) {
-  for (const auto& entry : entries_of(path))
+  const int dir_fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);  // as remove_checkpoint
+  if (dir_fd < 0) return;
+  for (const auto& entry : entries_at(dir_fd))
     for (const auto& name : names)
-      if (!name.empty() && entry.compare(0, name.size() + 5, name + ".tmp-") == 0) ::unlink((path + "/" + entry).c_str());
+      if (!name.empty() && entry.compare(0, name.size() + 5, name + ".tmp-") == 0) ::unlinkat(dir_fd, entry.c_str(), 0);
+  ::close(dir_fd);
 }
 
 std::vector<std::string> retired_checkpoints(const std::vector<ListedCheckpoint>& listed, int keep_last,
@@ -155,6 +200,7 @@ std::vector<std::string> retired_checkpoints(const std::vector<ListedCheckpoint>
   int64_t newest_committed = -1;
   int kept = 0;
   for (const auto& c : listed) {  // newest first
+    if (c.foreign) continue;  // a link or a file: cohort made neither, so it is not cohort's to remove
     if (!c.manifest) {
       // Older than a committed one: an interrupted save nobody will finish. Newer ones may be a save
       // in flight (of this job or another writer), so they stay.

@@ -60,14 +60,24 @@ uint64_t Hasher::digest() const { return XXH3_64bits_digest(state_->s); }
 AtomicWriter::AtomicWriter(const std::string& dir, const std::string& name, int rank, bool allow_direct,
                            const std::string& reuse)
     : dir_(dir), name_(name), rank_(rank) {
-  tmp_path_ = dir + "/" + name + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(g_tmp_counter++);
-  constexpr int kFlags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
+  tmp_name_ = name + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(g_tmp_counter++);
+  tmp_path_ = dir + "/" + tmp_name_;
+  dir_fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dir_fd_ < 0) {
+    const int err = errno;
+    if (err == ELOOP || err == ENOTDIR)
+      throw CheckpointError(rank_, "could not write " + dir + "/" + name + ": " + dir + " is a symbolic link or not a "
+                                   "directory (cohort writes checkpoints into real directories only; remove it)");
+    throw CheckpointError(rank_, "could not open directory " + dir + ": " + describe(err));
+  }
+  // O_EXCL | O_NOFOLLOW: a new file of our own, never an existing one or a link's target.
+  constexpr int kFlags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
   struct stat reused {};
   if (!reuse.empty() && ::lstat(reuse.c_str(), &reused) == 0 && S_ISREG(reused.st_mode) &&
-      ::rename(reuse.c_str(), tmp_path_.c_str()) == 0) {
+      ::renameat(AT_FDCWD, reuse.c_str(), dir_fd_, tmp_name_.c_str()) == 0) {
     // Regular files only: checked again on the open file (the name may have changed in between);
     // anything else is dropped and a new file made.
-    fd_ = ::open(tmp_path_.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+    fd_ = ::openat(dir_fd_, tmp_name_.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
     struct stat st {};
     if (fd_ >= 0 && ::fstat(fd_, &st) == 0 && S_ISREG(st.st_mode)) {
       reused_ = true;
@@ -75,38 +85,51 @@ AtomicWriter::AtomicWriter(const std::string& dir, const std::string& name, int 
     }
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
-    ::unlink(tmp_path_.c_str());
+    ::unlinkat(dir_fd_, tmp_name_.c_str(), 0);
   }
+  auto create = [&](int flags) {
+    fd_ = ::openat(dir_fd_, tmp_name_.c_str(), flags, 0644);
+    if (fd_ < 0 && errno == EEXIST) {  // a crashed writer's of the same pid, or a link put there: gone, not followed
+      ::unlinkat(dir_fd_, tmp_name_.c_str(), 0);
+      fd_ = ::openat(dir_fd_, tmp_name_.c_str(), flags, 0644);
+    }
+  };
   if (allow_direct && direct_io_wanted()) {
-    fd_ = ::open(tmp_path_.c_str(), kFlags | O_DIRECT, 0644);
+    create(kFlags | O_DIRECT);
     if (fd_ >= 0) {
       direct_ = std::make_unique<DirectWriter>(fd_);
     } else if (errno == EINVAL) {  // a file system without O_DIRECT (ramfs, some FUSE): the page cache
-      fd_ = ::open(tmp_path_.c_str(), kFlags, 0644);
+      create(kFlags);
     }
   } else {
-    fd_ = ::open(tmp_path_.c_str(), kFlags, 0644);
+    create(kFlags);
   }
   if (fd_ < 0) {
     const int err = errno;
+    ::close(dir_fd_);
     throw CheckpointError(rank_, "could not create " + tmp_path_ + ": " + describe(err));
   }
 }
 
 AtomicWriter::~AtomicWriter() {
   direct_.reset();  // its I/O thread stops before the file is closed
+  discard();
+}
+
+void AtomicWriter::discard() {
   if (fd_ >= 0) {
     ::close(fd_);
-    ::unlink(tmp_path_.c_str());
+    ::unlinkat(dir_fd_, tmp_name_.c_str(), 0);
+    fd_ = -1;
   }
+  if (dir_fd_ >= 0) ::close(dir_fd_);
+  dir_fd_ = -1;
 }
 
 void AtomicWriter::fail(const std::string& what, int err) {
   if (direct_) bytes_ = direct_->bytes_written();
   direct_.reset();
-  ::close(fd_);
-  fd_ = -1;
-  ::unlink(tmp_path_.c_str());
+  discard();
   throw CheckpointError(rank_, "could not " + what + " " + dir_ + "/" + name_ + ": " + describe(err) +
                                    " (after " + std::to_string(bytes_) + " bytes; nothing was committed)");
 }
@@ -152,16 +175,20 @@ FileRecord AtomicWriter::finish() {
   if (::close(fd_) != 0) {
     const int err = errno;
     fd_ = -1;
-    ::unlink(tmp_path_.c_str());
+    ::unlinkat(dir_fd_, tmp_name_.c_str(), 0);
+    discard();
     throw CheckpointError(rank_, "could not close " + tmp_path_ + ": " + describe(err));
   }
   fd_ = -1;
+  // renameat() replaces `name` itself, also when it is a link: nothing is written through one.
   const std::string final_path = dir_ + "/" + name_;
-  if (::rename(tmp_path_.c_str(), final_path.c_str()) != 0) {
+  if (::renameat(dir_fd_, tmp_name_.c_str(), dir_fd_, name_.c_str()) != 0) {
     const int err = errno;
-    ::unlink(tmp_path_.c_str());
+    ::unlinkat(dir_fd_, tmp_name_.c_str(), 0);
+    discard();
     throw CheckpointError(rank_, "could not rename " + tmp_path_ + " to " + final_path + ": " + describe(err));
   }
+  discard();
   return {name_, bytes_, hasher_.digest()};
 }
 

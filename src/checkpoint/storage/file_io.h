@@ -45,7 +45,10 @@ class Hasher {
 
 /// Writes `dir/name` atomically. Every failure is a CheckpointError naming the file and the
 /// reason (for a full disk: "No space left on device"); the temporary file is removed then, and
-/// also when the writer is destroyed before finish().
+/// also when the writer is destroyed before finish(). Everything goes through a descriptor of `dir`
+/// opened with O_NOFOLLOW (a `dir` that is a symbolic link is a CheckpointError naming it), the
+/// temporary file is created with O_EXCL | O_NOFOLLOW and renamed over `name`: no byte is written
+/// through a link, whether the directory or a file in it is one.
 class AtomicWriter {
  public:
   /// `allow_direct`: O_DIRECT where the file system takes it (and COHORT_CKPT_DIRECT_IO is not 0).
@@ -65,8 +68,10 @@ class AtomicWriter {
 
  private:
   void fail(const std::string& what, int err);
-  std::string dir_, name_, tmp_path_;
+  void discard();  // closes and removes the temporary file and the directory's descriptor
+  std::string dir_, name_, tmp_name_, tmp_path_;
   int rank_;
+  int dir_fd_ = -1;
   int fd_ = -1;
   bool reused_ = false;  // fd_ is a taken-over file: finish() cuts it to the bytes written
   uint64_t bytes_ = 0;

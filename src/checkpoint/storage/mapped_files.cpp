@@ -83,10 +83,18 @@ FileRecord FileMappings::commit(const Mapping& m, const std::string& from, const
     const int err = errno;
     throw CheckpointError(rank_, "could not fsync " + from + ": " + std::strerror(err));
   }
-  if (::rename(from.c_str(), to.c_str()) != 0) {
+  // Into `dir` itself, never a link's target (AtomicWriter's rule): a link there is an error naming it.
+  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dir_fd < 0) {
     const int err = errno;
-    throw CheckpointError(rank_, "could not rename " + from + " to " + to + ": " + std::strerror(err));
+    const std::string why = err == ELOOP || err == ENOTDIR ? " is a symbolic link or not a directory"
+                                                           : std::string(": ") + std::strerror(err);
+    throw CheckpointError(rank_, "could not commit " + to + ": " + dir + why);
   }
+  const int renamed = ::renameat(AT_FDCWD, from.c_str(), dir_fd, name.c_str());
+  const int err = errno;
+  ::close(dir_fd);
+  if (renamed != 0) throw CheckpointError(rank_, "could not rename " + from + " to " + to + ": " + std::strerror(err));
   // What was renamed is the file these bytes are in, not one put at `from` meanwhile (a retired
   // file moved there by a commit this rank stopped waiting for): else the hash would be of other bytes.
   struct stat st {};
