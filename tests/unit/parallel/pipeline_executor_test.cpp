@@ -1,0 +1,130 @@
+// The pipeline executor (issue 47) with ranks as threads over the mesh's pp group: every schedule's
+// gradients and loss equal single-process gradient accumulation over the same microbatches, bit for
+// bit; ranks running different lists fail with a line naming the stage and the microbatch.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "cohort/device_mesh.h"
+#include "cohort/error.h"
+#include "parallel/pipeline/executor.h"
+#include "support/thread_ranks.h"
+
+namespace cohort::pipeline {
+namespace {
+
+constexpr int kWidth = 6;
+
+// S stages of Linear + Tanh, the same on every rank (one seed).
+std::vector<torch::nn::Sequential> make_stages(int S) {
+  torch::manual_seed(7);
+  std::vector<torch::nn::Sequential> out;
+  for (int s = 0; s < S; ++s) out.push_back(torch::nn::Sequential(torch::nn::Linear(kWidth, kWidth), torch::nn::Tanh()));
+  return out;
+}
+
+StepData make_data(int m) {
+  torch::manual_seed(11);
+  StepData d;
+  for (int i = 0; i < m; ++i) {
+    d.inputs.push_back(torch::randn({3, kWidth}));
+    d.targets.push_back(torch::randn({3, kWidth}));
+  }
+  return d;
+}
+
+at::Tensor mse(const at::Tensor& out, const at::Tensor& target) { return torch::mse_loss(out, target); }
+
+struct Reference {
+  std::vector<std::vector<at::Tensor>> grads;  // per stage, per parameter
+  double loss = 0;
+};
+
+// One process, the whole model, microbatch after microbatch (gradient accumulation).
+Reference reference(int S, const StepData& d) {
+  auto stages = make_stages(S);
+  const int m = static_cast<int>(d.inputs.size());
+  Reference r;
+  for (int i = 0; i < m; ++i) {
+    at::Tensor x = d.inputs[i];
+    for (auto& st : stages) x = st->forward(x);
+    const at::Tensor l = mse(x, d.targets[i]);
+    r.loss += l.item<double>();
+    (l / m).backward();
+  }
+  r.loss /= m;
+  for (auto& st : stages) {
+    r.grads.emplace_back();
+    for (const auto& p : st->parameters()) r.grads.back().push_back(p.grad().clone());
+  }
+  return r;
+}
+
+void expect_like_one_process(ScheduleKind kind, int p, int v, int m) {
+  const Schedule schedule = make_schedule(kind, p, v, m);
+  const StepData data = make_data(m);
+  const Reference ref = reference(p * v, data);
+  testing::run_ranks(p, [&](std::shared_ptr<Context> ctx) {
+    DeviceMesh mesh(ctx, {{"pp", p}});
+    const int rank = mesh.coordinate("pp");
+    auto all = make_stages(p * v);
+    std::map<int, torch::nn::Sequential> mine;
+    for (int s = rank; s < p * v; s += p) mine[s] = all[s];
+    const double loss = run_schedule(schedule, rank, mine, *mesh.group("pp"), data, mse);
+    const std::string what = std::string(schedule_name(kind)) + " p=" + std::to_string(p) + " v=" + std::to_string(v) +
+                             " m=" + std::to_string(m) + " rank " + std::to_string(rank);
+    if (schedule.rank_of(p * v - 1) == rank) {
+      EXPECT_EQ(loss, ref.loss) << what;
+    }
+    for (auto& [s, module] : mine) {
+      const auto params = module->parameters();
+      for (size_t k = 0; k < params.size(); ++k)
+        EXPECT_TRUE(torch::equal(params[k].grad(), ref.grads[s][k])) << what << " stage " << s << " parameter " << k;
+    }
+  });
+}
+
+TEST(PipelineExecutor, EveryScheduleGivesOneProcesssGradientsBitwise) {
+  for (ScheduleKind kind : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::zb_h1}) {
+    expect_like_one_process(kind, 2, 1, 4);
+    expect_like_one_process(kind, 3, 1, 5);
+    expect_like_one_process(kind, 4, 1, 2);  // fewer microbatches than stages
+  }
+  expect_like_one_process(ScheduleKind::interleaved_1f1b, 2, 2, 4);
+  expect_like_one_process(ScheduleKind::interleaved_1f1b, 4, 2, 4);
+}
+
+TEST(PipelineExecutor, RanksRunningDifferentListsFailNamingStageAndMicrobatch) {
+  // Rank 0 runs its forwards in the other order: rank 1 receives microbatch 1 where it expects 0.
+  Schedule schedule = make_schedule(ScheduleKind::gpipe, 2, 1, 2);
+  auto& first = schedule.actions[0];
+  std::swap(first[0], first[2]);  // 0F1, 0SEND_F0, 0F0, 0SEND_F1 -> sends need their forwards: swap both
+  std::swap(first[1], first[3]);
+  const StepData data = make_data(2);
+  testing::RankOptions options;
+  options.init.collective_timeout = std::chrono::seconds(20);
+  const auto errors = testing::run_ranks_collect(
+      2,
+      [&](std::shared_ptr<Context> ctx) {
+        DeviceMesh mesh(ctx, {{"pp", 2}});
+        auto all = make_stages(2);
+        std::map<int, torch::nn::Sequential> mine{{ctx->rank(), all[ctx->rank()]}};
+        run_schedule(schedule, ctx->rank(), mine, *mesh.group("pp"), data, mse);
+      },
+      options);
+  ASSERT_TRUE(errors[1]);
+  try {
+    std::rethrow_exception(errors[1]);
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "rank 1: pipeline: expected the activation of stage 0, microbatch 0 from rank 0 but received stage 0, "
+              "microbatch 1: the ranks run different schedules or microbatch counts");
+  }
+  EXPECT_TRUE(errors[0]) << "rank 0 finished although rank 1 never sent its gradients";
+}
+
+}  // namespace
+}  // namespace cohort::pipeline
