@@ -97,6 +97,34 @@ TEST(PipelineExecutor, EveryScheduleGivesOneProcesssGradientsBitwise) {
   expect_like_one_process(ScheduleKind::interleaved_1f1b, 4, 2, 4);
 }
 
+// pp x dp on one mesh: two pipelines of 2 stages, each on half of the microbatches, their gradients
+// averaged over the dp group: one process's accumulation over all of them (to rounding: the sums
+// associate differently).
+TEST(PipelineExecutor, PipelinesOnAMeshComposeWithDataParallelism) {
+  const int m = 4, pp = 2, dp = 2;
+  const StepData all_data = make_data(m);
+  const Reference ref = reference(pp, all_data);
+  testing::run_ranks(pp * dp, [&](std::shared_ptr<Context> ctx) {
+    DeviceMesh mesh(ctx, {{"pp", pp}, {"dp", dp}});
+    const int stage = mesh.coordinate("pp"), replica = mesh.coordinate("dp");
+    StepData half;
+    for (int i = replica * m / dp; i < (replica + 1) * m / dp; ++i) {
+      half.inputs.push_back(all_data.inputs[i]);
+      half.targets.push_back(all_data.targets[i]);
+    }
+    auto all = make_stages(pp);
+    std::map<int, torch::nn::Sequential> mine{{stage, all[stage]}};
+    run_schedule(make_schedule(ScheduleKind::one_f_one_b, pp, 1, m / dp), stage, mine, *mesh.group("pp"), half, mse);
+    const auto params = all[stage]->parameters();
+    for (size_t k = 0; k < params.size(); ++k) {
+      std::vector<at::Tensor> g{params[k].grad()};
+      mesh.group("dp")->allreduce(g)->wait();
+      EXPECT_TRUE(torch::allclose(g[0] / dp, ref.grads[stage][k], 1e-5, 1e-7))
+          << "rank " << ctx->rank() << " stage " << stage << " parameter " << k;
+    }
+  });
+}
+
 TEST(PipelineExecutor, RanksRunningDifferentListsFailNamingStageAndMicrobatch) {
   // Rank 0 runs its forwards in the other order: rank 1 receives microbatch 1 where it expects 0.
   Schedule schedule = make_schedule(ScheduleKind::gpipe, 2, 1, 2);
