@@ -304,6 +304,38 @@ TEST(CheckpointCli, ListVerifyInspect) {
   EXPECT_TRUE(contains(usage.output, "PATH is required")) << usage.output;
 }
 
+// A step directory that is a symbolic link to a valid checkpoint outside the folder (issue 50) is
+// no checkpoint for list, verify and inspect, with the reason; nothing of its target is read.
+TEST(CheckpointCli, ALinkedStepIsNotACheckpoint) {
+  const std::string dir = fresh_dir("cli_link"), outside = fresh_dir("cli_link_outside");
+  ASSERT_EQ(run_shell(kProbe + " --dir " + outside + " --mode export").exit_code, 0);
+  const std::string target = outside + "/step-00000005";
+  ASSERT_EQ(run_shell(kCohort + " ckpt verify " + target).exit_code, 0);
+  fs::create_directory_symlink(target, dir + "/step-00000005");
+  const std::string old_access = "touch -a -d 2001-09-09 " + target + "/*; ";  // read: a new access time
+  const std::string accessed = "; find " + target + " -type f -newerat 2002-01-01";
+
+  auto list = run_shell(old_access + kCohort + " ckpt list " + dir + accessed);
+  EXPECT_EQ(list.exit_code, 0) << list.output;
+  EXPECT_TRUE(std::regex_search(list.output, std::regex("step-00000005 +5 .*not a checkpoint: a symbolic link to " + target)))
+      << list.output;
+  EXPECT_FALSE(contains(list.output, target + "/")) << "read through the link: " << list.output;
+  auto json = run_shell(kCohort + " ckpt list --json " + dir);
+  EXPECT_TRUE(contains(json.output, "\"committed\": false")) << json.output;
+
+  for (const std::string path : {dir + "/step-00000005", dir + "/step-00000005/"}) {
+    auto verify = run_shell(old_access + kCohort + " ckpt verify " + path + accessed);
+    EXPECT_EQ(verify.exit_code, 0) << verify.output;  // find's status; the command's is below
+    EXPECT_TRUE(contains(verify.output, "is NOT valid: a symbolic link to " + target)) << verify.output;
+    EXPECT_FALSE(contains(verify.output, target + "/")) << "read through the link: " << verify.output;
+    EXPECT_EQ(run_shell(kCohort + " ckpt verify " + path).exit_code, 1);
+  }
+  auto inspect = run_shell(kCohort + " ckpt inspect " + dir + "/step-00000005");
+  EXPECT_EQ(inspect.exit_code, 1) << inspect.output;
+  EXPECT_TRUE(contains(inspect.output, "a symbolic link to " + target)) << inspect.output;
+  EXPECT_EQ(run_shell(kCohort + " ckpt verify " + target).exit_code, 0);  // the target itself is untouched
+}
+
 // --- the example resumes exactly, through processes -------------------------------------------------
 
 bool have_dataset() { return std::ifstream("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz").good(); }
