@@ -9,7 +9,7 @@ dir="${1:-.gpu-deps}"
 COHORT_SETUP_NO_BUILD=1 bash scripts/setup.sh
 rm -rf "$dir"; mkdir -p "$dir"
 for p in nlohmann-json3-dev libcli11-dev libspdlog-dev libspdlog1.10 libfmt-dev libfmt9 libxxhash-dev libxxhash0 \
-         libcpp-httplib-dev libcpp-httplib0.11 libbrotli-dev libbrotli1 libgtest-dev libgloo-dev zlib1g-dev libjs-chart.js libssl-dev libssl3 \
+         libsentencepiece-dev libsentencepiece0 libcpp-httplib-dev libcpp-httplib0.11 libbrotli-dev libbrotli1 libgtest-dev libgloo-dev zlib1g-dev libjs-chart.js libssl-dev libssl3 \
          pkgconf pkgconf-bin libpkgconf3; do
   dpkg -L "$p" 2>/dev/null | while read -r f; do
     [ -f "$f" ] || [ -L "$f" ] || continue

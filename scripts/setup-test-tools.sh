@@ -13,6 +13,7 @@ packages=(
   doxygen       # the API reference of the public headers, undocumented names fail (scripts/api-docs.sh)
   dpkg-dev      # dpkg-shlibdeps: the .deb's library dependencies (cpack, scripts/check-downstream.sh)
   clang-14 libfuzzer-14-dev  # libFuzzer with ASan/UBSan: the parsers' fuzz harnesses (fuzz/, bench/fuzz.sh)
+  sentencepiece  # spm_encode: the reference `cohort data prepare`'s tokens are checked against (tests/unit/data)
 )
 bash scripts/apt-install-missing.sh setup-test-tools "${packages[@]}"
 

@@ -18,6 +18,7 @@ packages=(
   zlib1g-dev            # reading gzipped IDX files
   libssl-dev            # OpenSSL's libcrypto: HMAC-SHA256 and random bytes for the job token (docs/security.md)
   libcpp-httplib-dev    # the HTTP server of the dashboard and /metrics (header-only)
+  libsentencepiece-dev  # `cohort data prepare`: trains (BPE) and runs SentencePiece tokenizers (docs/data.md)
   libjs-chart.js        # the dashboard's charts (Chart.js), embedded in the binary at build time
   libgtest-dev          # GoogleTest
   dataset-fashion-mnist # the example's data set (gzipped IDX under /usr/share/datasets/fashion-mnist)

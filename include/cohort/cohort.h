@@ -17,6 +17,7 @@
 #include "cohort/local_sgd.h"
 #include "cohort/memory_reuse.h"
 #include "cohort/sharded_data_parallel.h"
+#include "cohort/sharded_dataset.h"
 #include "cohort/monitor.h"
 #include "cohort/threads.h"
 #include "cohort/version.h"

@@ -1,0 +1,242 @@
+// A prepared data set as a torch::data stateful dataset: the global order, this rank's share of
+// every global batch, and a state that restores at another world size. See cohort/sharded_dataset.h.
+#include "cohort/sharded_dataset.h"
+
+#include <torch/serialize/archive.h>
+
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <nlohmann/json.hpp>
+
+#include "cohort/context.h"
+#include "cohort/error.h"
+#include "data/shards/global_order.h"
+#include "data/shards/shard_set.h"
+#include "runtime/json_fields.h"
+
+namespace cohort {
+
+struct ShardedDataset::Impl {
+  int rank = 0;
+  int world = 1;
+  ShardedDatasetOptions options;
+  std::unique_ptr<data::ShardSet> set;
+  std::unique_ptr<data::GlobalOrder> order;
+  std::string data_hex, tokenizer_hex;
+  mutable std::mutex mutex;
+  int64_t epoch = 0;
+  int64_t position = 0;  // positions of the epoch's order the whole job consumed
+  int64_t steps() const { return static_cast<int64_t>(order->size()) / options.global_batch; }
+};
+
+namespace {
+
+std::string without_rank_prefix(const std::string& what) {
+  return what.rfind("cohort: ", 0) == 0 ? what.substr(8) : what;  // ShardSet's errors know no rank
+}
+
+}  // namespace
+
+ShardedDataset::ShardedDataset(const std::string& dir, const std::shared_ptr<Context>& ctx, ShardedDatasetOptions options)
+    : ShardedDataset(dir, ctx ? ctx->rank() : 0, ctx ? ctx->world_size() : 1, options) {
+  if (!ctx) throw ConfigError(-1, "ShardedDataset needs the Context that cohort::init() returns (got a null one)");
+}
+
+ShardedDataset::ShardedDataset(const std::string& dir, int rank, int world_size, ShardedDatasetOptions options)
+    : impl_(std::make_shared<Impl>()) {
+  Impl& m = *impl_;
+  if (world_size < 1 || rank < 0 || rank >= world_size) {
+    throw ConfigError(rank, "ShardedDataset: rank " + std::to_string(rank) + " of a world of " + std::to_string(world_size));
+  }
+  m.rank = rank;
+  m.world = world_size;
+  m.options = options;
+  if (options.global_batch <= 0 || options.global_batch % world_size != 0) {
+    throw ConfigError(rank, "ShardedDataset: the global batch (" + std::to_string(options.global_batch) +
+                                ") must be a positive multiple of the world size (" + std::to_string(world_size) + ")");
+  }
+  try {
+    const uint64_t window = options.seq_len > 0 ? static_cast<uint64_t>(options.seq_len) + 1 : 0;
+    m.set = std::make_unique<data::ShardSet>(dir, window, options.verify_checksums);
+  } catch (const ConfigError& e) {
+    throw ConfigError(rank, without_rank_prefix(e.what()));
+  }
+  const auto& manifest = m.set->manifest();
+  if (manifest.tokens() && options.seq_len <= 0) {
+    throw ConfigError(rank, dir + " holds tokens: set ShardedDatasetOptions::seq_len (tokens per sample, minus one)");
+  }
+  if (m.set->samples() < static_cast<uint64_t>(options.global_batch)) {
+    throw ConfigError(rank, dir + ": " + std::to_string(m.set->samples()) + " samples, fewer than one global batch (" +
+                                std::to_string(options.global_batch) + ")" +
+                                (manifest.tokens() ? " at seq_len " + std::to_string(options.seq_len) : ""));
+  }
+  try {
+    m.order = std::make_unique<data::GlobalOrder>(m.set->samples(), options.seed,
+                                                  data::OrderOptions{options.block, options.window_blocks, options.shuffle});
+  } catch (const std::exception& e) {
+    throw ConfigError(rank, std::string("ShardedDataset: ") + e.what());
+  }
+  m.data_hex = data::hex64(manifest.data_fingerprint());
+  if (manifest.tokens()) m.tokenizer_hex = data::hex64(manifest.tokenizer.xxh3);
+}
+
+torch::optional<torch::data::Example<>> ShardedDataset::get_batch(size_t batch_size) {
+  Impl& m = *impl_;
+  const int64_t local = local_batch();
+  if (static_cast<int64_t>(batch_size) != local) {
+    throw ConfigError(m.rank, "ShardedDataset: the loader asks for " + std::to_string(batch_size) +
+                                  " samples; each rank reads global_batch / world size = " + std::to_string(local) +
+                                  " (DataLoaderOptions(dataset.local_batch()))");
+  }
+  int64_t epoch, first;
+  {
+    std::lock_guard<std::mutex> lock(m.mutex);
+    if (m.position + m.options.global_batch > m.steps() * m.options.global_batch) return torch::nullopt;
+    epoch = m.epoch;
+    first = m.position;
+    m.position += m.options.global_batch;
+  }
+  const auto& manifest = m.set->manifest();
+  auto position = [&](int64_t j) { return static_cast<uint64_t>(first + j * m.world + m.rank); };
+  if (manifest.tokens()) {
+    const int64_t window = m.options.seq_len + 1;
+    torch::Tensor t = torch::empty({local, window}, torch::kInt64);
+    int64_t* out = t.data_ptr<int64_t>();
+    for (int64_t j = 0; j < local; ++j) {
+      m.set->read_tokens(m.order->sample_at(static_cast<uint64_t>(epoch), position(j)), out + j * window);
+    }
+    return torch::data::Example<>(t.narrow(1, 0, window - 1).contiguous(), t.narrow(1, 1, window - 1).contiguous());
+  }
+  const int64_t bytes = static_cast<int64_t>(manifest.item_bytes);
+  torch::Tensor t = torch::empty({local, bytes}, torch::kUInt8);
+  uint8_t* out = t.data_ptr<uint8_t>();
+  for (int64_t j = 0; j < local; ++j) {
+    std::memcpy(out + j * bytes, m.set->record(m.order->sample_at(static_cast<uint64_t>(epoch), position(j))),
+                static_cast<size_t>(bytes));
+  }
+  return torch::data::Example<>(t, torch::Tensor());
+}
+
+torch::optional<size_t> ShardedDataset::size() const { return static_cast<size_t>(impl_->steps() * local_batch()); }
+
+void ShardedDataset::reset() {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  if (impl_->position >= impl_->steps() * impl_->options.global_batch) {
+    ++impl_->epoch;
+    impl_->position = 0;
+  }
+}
+
+int64_t ShardedDataset::local_batch() const { return impl_->options.global_batch / impl_->world; }
+int64_t ShardedDataset::steps_per_epoch() const { return impl_->steps(); }
+uint64_t ShardedDataset::samples() const { return impl_->order->size(); }
+
+int64_t ShardedDataset::epoch() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->epoch;
+}
+
+uint64_t ShardedDataset::sample_at(int64_t epoch, uint64_t position) const {
+  return impl_->order->sample_at(static_cast<uint64_t>(epoch), position);
+}
+
+ShardedDatasetState ShardedDataset::state() const {
+  const Impl& m = *impl_;
+  ShardedDatasetState s;
+  {
+    std::lock_guard<std::mutex> lock(m.mutex);
+    s.epoch = m.epoch;
+    s.position = m.position;
+  }
+  s.seed = m.options.seed;
+  s.global_batch = m.options.global_batch;
+  s.world_size = m.world;
+  s.seq_len = m.set->manifest().tokens() ? m.options.seq_len : 0;
+  s.samples = m.order->size();
+  s.block = m.options.block;
+  s.window_blocks = m.options.window_blocks;
+  s.shuffle = m.options.shuffle;
+  s.data = m.data_hex;
+  s.tokenizer = m.tokenizer_hex;
+  return s;
+}
+
+void ShardedDataset::load_state(const ShardedDatasetState& s) {
+  Impl& m = *impl_;
+  const ShardedDatasetState here = state();
+  auto differs = [&](const std::string& what, const std::string& mine, const std::string& saved) {
+    throw ConfigError(m.rank, "ShardedDataset: " + what + " differs from the checkpoint's: " + mine + " here, " + saved +
+                                  " in the checkpoint (" + m.set->dir() + "); resume on the data the job started with");
+  };
+  if (s.tokenizer != here.tokenizer) differs("the tokenizer", "hash " + here.tokenizer, "hash " + s.tokenizer);
+  if (s.data != here.data) differs("the data set", "fingerprint " + here.data, "fingerprint " + s.data);
+  if (s.seq_len != here.seq_len) differs("the sequence length", std::to_string(here.seq_len), std::to_string(s.seq_len));
+  if (s.samples != here.samples) differs("the sample count", std::to_string(here.samples), std::to_string(s.samples));
+  if (s.seed != here.seed || s.block != here.block || s.window_blocks != here.window_blocks || s.shuffle != here.shuffle) {
+    auto order = [](const ShardedDatasetState& x) {
+      return "seed " + std::to_string(x.seed) + ", block " + std::to_string(x.block) + " × " + std::to_string(x.window_blocks) +
+             (x.shuffle ? "" : ", unshuffled");
+    };
+    differs("the order", order(here), order(s));
+  }
+  if (s.epoch < 0 || s.position < 0 || static_cast<uint64_t>(s.position) > s.samples) {
+    throw ConfigError(m.rank, "ShardedDataset: a state at epoch " + std::to_string(s.epoch) + ", position " +
+                                  std::to_string(s.position) + " of " + std::to_string(s.samples) + " samples");
+  }
+  std::lock_guard<std::mutex> lock(m.mutex);
+  m.epoch = s.epoch;
+  m.position = s.position;
+}
+
+std::string ShardedDataset::state_dict() const { return state().to_json(); }
+void ShardedDataset::load_state_dict(const std::string& state) { load_state(ShardedDatasetState::from_json(state)); }
+
+void ShardedDataset::save(torch::serialize::OutputArchive& archive) const {
+  const std::string json = state().to_json();
+  archive.write("cohort_sharded_dataset_json",
+                torch::from_blob(const_cast<char*>(json.data()), {static_cast<int64_t>(json.size())}, torch::kUInt8).clone());
+}
+
+void ShardedDataset::load(torch::serialize::InputArchive& archive) {
+  torch::Tensor t;
+  archive.read("cohort_sharded_dataset_json", t);
+  t = t.contiguous();
+  load_state_dict(std::string(reinterpret_cast<const char*>(t.data_ptr<uint8_t>()), static_cast<size_t>(t.numel())));
+}
+
+std::string ShardedDatasetState::to_json() const {
+  const nlohmann::json j = {{"epoch", epoch},   {"position", position},       {"seed", seed},
+                            {"global_batch", global_batch}, {"world_size", world_size}, {"seq_len", seq_len},
+                            {"samples", samples}, {"block", block},           {"window_blocks", window_blocks},
+                            {"shuffle", shuffle}, {"data", data},             {"tokenizer", tokenizer}};
+  return j.dump();
+}
+
+ShardedDatasetState ShardedDatasetState::from_json(const std::string& text) {
+  std::string problem;
+  const nlohmann::json j = detail::parse_capped_or_discarded(text, &problem);
+  if (j.is_discarded() || !j.is_object()) throw ConfigError(-1, "a ShardedDataset state that is " + (problem.empty() ? "not an object" : problem));
+  ShardedDatasetState s;
+  try {
+    const int64_t big = std::numeric_limits<int64_t>::max();
+    s.epoch = detail::integer_field(j, "epoch", 0, big);
+    s.position = detail::integer_field(j, "position", 0, big);
+    if (!j.at("seed").is_number_unsigned()) throw std::runtime_error("has a \"seed\" that is not an unsigned integer");
+    s.seed = j.at("seed").get<uint64_t>();
+    s.global_batch = detail::integer_field(j, "global_batch", 1, big);
+    s.world_size = static_cast<int>(detail::integer_field(j, "world_size", 1, 1 << 24));
+    s.seq_len = detail::integer_field(j, "seq_len", 0, big);
+    s.samples = static_cast<uint64_t>(detail::integer_field(j, "samples", 0, big));
+    s.block = static_cast<uint64_t>(detail::integer_field(j, "block", 1, big));
+    s.window_blocks = static_cast<uint64_t>(detail::integer_field(j, "window_blocks", 1, big));
+    s.shuffle = j.at("shuffle").get<bool>();
+    s.data = j.at("data").get<std::string>();
+    s.tokenizer = j.at("tokenizer").get<std::string>();
+  } catch (const std::exception& e) {
+    throw ConfigError(-1, std::string("a ShardedDataset state that ") + e.what());
+  }
+  return s;
+}
+
+}  // namespace cohort

@@ -1,0 +1,38 @@
+// data/shards/mapped_file.h — a shard file memory-mapped read-only, its size checked against what
+// the manifest says. The page cache holds what was read; nothing is copied into the process, so a
+// data set larger than memory costs no more resident memory than a small one. Torch-free.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace cohort::data {
+
+/// A read-only mapping of a whole regular file. Move-only; unmaps on destruction. A file deleted
+/// while mapped stays readable (the mapping holds its inode).
+class MappedFile {
+ public:
+  MappedFile() = default;
+  /// Maps `path` if it is a regular file of exactly `expected_bytes`; throws cohort::ConfigError
+  /// "<label>: <problem>" otherwise ("truncated: 100 bytes, the manifest says 4096", ...).
+  MappedFile(const std::string& path, uint64_t expected_bytes, const std::string& label);
+  ~MappedFile();
+  MappedFile(MappedFile&& other) noexcept;
+  MappedFile& operator=(MappedFile&& other) noexcept;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const uint8_t* data() const { return data_; }
+  uint64_t size() const { return size_; }
+  /// XXH3-64 of the whole file, read through the mapping in pieces (pages are dropped after).
+  uint64_t xxh3() const;
+
+ private:
+  const uint8_t* data_ = nullptr;
+  uint64_t size_ = 0;
+};
+
+/// Reads a regular file of at most `max_bytes` (never blocks on a FIFO); false with `problem` set.
+bool read_small_file(const std::string& path, uint64_t max_bytes, std::string& text, std::string& problem);
+
+}  // namespace cohort::data

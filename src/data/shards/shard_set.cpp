@@ -1,0 +1,107 @@
+// A prepared data set opened for reading: mapped shards, checked indexes. See shard_set.h.
+#include "data/shards/shard_set.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "cohort/error.h"
+
+namespace cohort::data {
+namespace {
+
+uint64_t load_le64(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);  // little-endian files on little-endian hosts (x86-64, aarch64)
+  return v;
+}
+
+// Offsets start at 0, never decrease and end at the shard's token count.
+void check_index(const MappedFile& index, uint64_t documents, uint64_t tokens, const std::string& label) {
+  uint64_t prev = 0;
+  for (uint64_t d = 0; d <= documents; ++d) {
+    const uint64_t off = load_le64(index.data() + d * 8);
+    if (off > tokens) {
+      throw ConfigError(-1, label + ": document " + std::to_string(d) + " starts at token " + std::to_string(off) +
+                                ", past the shard's end (" + std::to_string(tokens) + " tokens)");
+    }
+    if (off < prev || (d == 0 && off != 0)) {
+      throw ConfigError(-1, label + ": offset " + std::to_string(d) + " (" + std::to_string(off) +
+                                ") is out of order (offsets start at 0 and never decrease)");
+    }
+    prev = off;
+  }
+  if (prev != tokens) {
+    throw ConfigError(-1, label + ": the last offset is " + std::to_string(prev) + ", not the shard's end (" +
+                              std::to_string(tokens) + " tokens)");
+  }
+  ::madvise(const_cast<uint8_t*>(index.data()), index.size(), MADV_DONTNEED);  // read again when asked for
+}
+
+}  // namespace
+
+ShardSet::ShardSet(const std::string& dir, uint64_t window, bool verify_checksums)
+    : dir_(dir), manifest_(read_manifest(dir)), window_(window) {
+  if (manifest_.tokens() && window < 2) throw ConfigError(-1, dir + ": token samples need a window of 2 tokens or more");
+  starts_.push_back(0);
+  for (const auto& s : manifest_.shards) {
+    shards_.emplace_back(dir + "/" + s.data.file, s.data.bytes, dir + "/" + s.data.file);
+    uint64_t n = s.items;
+    if (manifest_.tokens()) {
+      const std::string label = dir + "/" + s.index.file;
+      indexes_.emplace_back(dir + "/" + s.index.file, s.index.bytes, label);
+      check_index(indexes_.back(), s.documents, s.items, label);
+      n = s.items >= window ? (s.items - 1) / (window - 1) : 0;
+    }
+    starts_.push_back(starts_.back() + n);
+  }
+  if (verify_checksums) verify();
+}
+
+void ShardSet::read_tokens(uint64_t i, int64_t* out) const {
+  if (i >= samples()) throw std::out_of_range("token sample " + std::to_string(i) + " of " + std::to_string(samples()));
+  const size_t s = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), i) - starts_.begin() - 1);
+  const uint64_t first = (i - starts_[s]) * (window_ - 1);
+  const uint8_t* p = shards_[s].data();
+  if (manifest_.item_bytes == 2) {
+    for (uint64_t t = 0; t < window_; ++t) {
+      uint16_t v;
+      std::memcpy(&v, p + (first + t) * 2, 2);
+      out[t] = v;
+    }
+  } else {
+    for (uint64_t t = 0; t < window_; ++t) {
+      uint32_t v;
+      std::memcpy(&v, p + (first + t) * 4, 4);
+      out[t] = v;
+    }
+  }
+}
+
+const uint8_t* ShardSet::record(uint64_t i) const {
+  if (i >= samples()) throw std::out_of_range("record " + std::to_string(i) + " of " + std::to_string(samples()));
+  const size_t s = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), i) - starts_.begin() - 1);
+  return shards_[s].data() + (i - starts_[s]) * manifest_.item_bytes;
+}
+
+const uint64_t* ShardSet::document_offsets(size_t s) const {
+  if (!manifest_.tokens() || s >= indexes_.size()) return nullptr;
+  return reinterpret_cast<const uint64_t*>(indexes_[s].data());
+}
+
+void ShardSet::verify() const {
+  auto check = [&](const MappedFile& f, const FileEntry& e) {
+    const uint64_t got = f.xxh3();
+    if (got != e.xxh3) {
+      throw ConfigError(-1, dir_ + "/" + e.file + ": checksum mismatch: XXH3 " + hex64(got) + ", the manifest says " +
+                                hex64(e.xxh3) + " (the file changed or is corrupt; prepare the data set again)");
+    }
+  };
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    check(shards_[s], manifest_.shards[s].data);
+    if (manifest_.tokens()) check(indexes_[s], manifest_.shards[s].index);
+  }
+}
+
+}  // namespace cohort::data

@@ -1,0 +1,51 @@
+// data/shards/shard_set.h — a prepared data set opened for reading: its manifest, every shard
+// memory-mapped (never read whole), sizes and document indexes checked at open, checksums when
+// asked (verify(), `cohort data verify`). Samples are numbered across shards in manifest order.
+// Torch-free.
+//
+// A token sample is a window of `window` tokens (seq_len + 1: inputs and the targets shifted by
+// one); windows start every window - 1 tokens inside a shard and never cross into the next one
+// (a shard's last window - 1 tokens at most are left out). A record sample is one record.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "data/shards/manifest.h"
+#include "data/shards/mapped_file.h"
+
+namespace cohort::data {
+
+/// A prepared data set, mapped.
+class ShardSet {
+ public:
+  /// Opens the data set in `dir` with token windows of `window` tokens (ignored for records; at
+  /// least 2 for tokens). Throws cohort::ConfigError naming the file: a manifest that does not
+  /// parse, a missing or truncated shard, an index that points past its shard's end; with
+  /// `verify_checksums` also a shard whose XXH3 is not the manifest's.
+  ShardSet(const std::string& dir, uint64_t window, bool verify_checksums = false);
+
+  const Manifest& manifest() const { return manifest_; }
+  const std::string& dir() const { return dir_; }
+  /// Samples in the data set: token windows or records.
+  uint64_t samples() const { return starts_.back(); }
+  /// Token sample `i`'s window - 1 + 1 tokens, widened to int64 into `out` (window values).
+  void read_tokens(uint64_t i, int64_t* out) const;
+  /// Record `i`'s item_bytes bytes.
+  const uint8_t* record(uint64_t i) const;
+  /// Shard `s`'s document offsets (documents + 1 values), or nullptr for records.
+  const uint64_t* document_offsets(size_t s) const;
+  /// Checks every shard's (and index's) XXH3 against the manifest; throws ConfigError naming the
+  /// first that differs.
+  void verify() const;
+
+ private:
+  std::string dir_;
+  Manifest manifest_;
+  uint64_t window_ = 0;
+  std::vector<MappedFile> shards_, indexes_;
+  std::vector<uint64_t> starts_;  // samples before shard s; starts_.back() = samples()
+};
+
+}  // namespace cohort::data
