@@ -1,9 +1,12 @@
 // The Fashion-MNIST example as a user runs it: two processes agree on their parameters, and a
-// missing data set is a one-line error.
+// missing or unusable data set is a one-line error.
 #include <gtest/gtest.h>
+
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <fstream>
+#include <functional>
 #include <regex>
 
 #include "support/subprocess.h"
@@ -52,6 +55,52 @@ TEST(Example, NonFiniteAndOutOfRangeNumbersAreOneLineErrors) {
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << flags << "\n" << r.output;
     EXPECT_TRUE(contains(r.output, "fashion_mnist: error: " + name)) << flags << "\n" << r.output;
   }
+}
+
+// An IDX file (the format the example reads): magic, big-endian sizes, then `data`.
+void write_idx(const std::string& path, const std::vector<uint32_t>& shape, const std::string& data) {
+  std::string bytes{'\0', '\0', '\x08', static_cast<char>(shape.size())};
+  for (uint32_t d : shape)
+    for (int shift = 24; shift >= 0; shift -= 8) bytes += static_cast<char>((d >> shift) & 0xff);
+  std::ofstream(path, std::ios::binary) << bytes << data;
+}
+
+// Data the example cannot train on, each with the one line that names it and exit status 2, before
+// init(): a FIFO (it hung in open(), where no hang detector looks), a header claiming 2^31 images,
+// no images at all (it exited 0 after 0 steps), 2 x 2 images and a label of 12 (both libtorch
+// backtraces from inside the first step). The process must end by itself: `timeout` kills a hung
+// one, and the test then fails on its status.
+TEST(Example, DataItCannotTrainOnIsAOneLineErrorBeforeTraining) {
+  const std::string dir = ::testing::TempDir() + "/cohort_bad_data_" + std::to_string(::getpid());
+  const std::string images = dir + "/train-images-idx3-ubyte", labels = dir + "/train-labels-idx1-ubyte";
+  struct Case {
+    std::string name;
+    std::function<void()> make;
+    std::string expected;
+  };
+  const std::vector<Case> cases{
+      {"a FIFO", [&] { ASSERT_EQ(::mkfifo(images.c_str(), 0600), 0); },
+       "IDX file " + images + ": not a regular file (a FIFO)"},
+      {"2^31 images", [&] { write_idx(images, {1u << 31, 28, 28}, ""); },
+       "IDX file " + images + " declares a 2147483648 x 28 x 28 array (1.5 TiB), more than the 1 GiB the example reads into memory"},
+      {"no images", [&] { write_idx(images, {0, 28, 28}, ""), write_idx(labels, {0}, ""); },
+       images + " holds no images (a data set to train on needs some)"},
+      {"2 x 2 images", [&] { write_idx(images, {4, 2, 2}, std::string(16, '\x40')); },
+       images + " holds 2 x 2 images; the models take 28 x 28"},
+      {"label 12", [&] { write_idx(labels, {4}, std::string("\x01\x0c\x02\x03", 4)); },
+       labels + " holds label 12; Fashion-MNIST's classes are 0 to 9"},
+  };
+  for (const auto& c : cases) {
+    run_shell("rm -rf " + dir + " && mkdir -p " + dir);
+    write_idx(images, {4, 28, 28}, std::string(4 * 28 * 28, '\x40'));
+    write_idx(labels, {4}, std::string("\x01\x02\x03\x04", 4));
+    run_shell("rm -f " + (c.name == "label 12" ? labels : images));
+    c.make();
+    const auto r = run_shell("timeout -s KILL 20 env -i " + kExample + " --data " + dir + " --max-steps 2 --batch-size 2 --no-eval");
+    EXPECT_EQ(r.exit_code, 2) << c.name << "\n" << r.output;
+    EXPECT_EQ(r.output, "fashion_mnist: rank 0: " + c.expected + "\n") << c.name;
+  }
+  run_shell("rm -rf " + dir);
 }
 
 TEST(Example, TwoRanksTrainAndAgreeOnParametersAndAreReproducible) {

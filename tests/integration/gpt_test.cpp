@@ -5,6 +5,7 @@
 // learning-rate schedule included; bad input is one line. No torch in this binary.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <chrono>
 #include <filesystem>
@@ -176,11 +177,28 @@ TEST(Gpt, BadInputIsOneLineAndANonZeroExit) {
       {"--clip inf", "gpt: error: --clip: 'inf' is not a finite number (see gpt --help)\n"},
   };
   for (const auto& [flags, expected] : cases) {
-    const auto r = run_shell("env -i " + kGpt + " --steps 1 " + flags);
+    const auto r = run_shell("timeout -s KILL 20 env -i " + kGpt + " --steps 1 " + flags);  // killed if it hangs: exit 137
     EXPECT_EQ(r.exit_code, 2) << flags << "\n" << r.output;
     EXPECT_EQ(r.output, expected) << flags;
   }
   fs::remove_all(dir);
 }
+  // A FIFO hung in open() before init(), where --hang-timeout cannot see it; /dev/zero grew to
+  // std::bad_alloc; so would a file over the 1 GiB cap (sparse here: no disk used). A FIFO in a
+  // directory corpus is refused as well.
+  const fs::path fifo = dir / "fifo", fifo_dir = dir / "with_fifo", big = dir / "big.txt";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  fs::create_directories(fifo_dir);
+  { std::ofstream(fifo_dir / "a.txt") << std::string(2000, 'a'); }
+  ASSERT_EQ(::mkfifo((fifo_dir / "b.txt").c_str(), 0600), 0);
+  { std::ofstream create(big); }
+  fs::resize_file(big, (uint64_t{1} << 30) + 1);
 
+      {"--corpus " + fifo.string(), "gpt: rank 0: --corpus " + fifo.string() + ": not a regular file (a FIFO)\n"},
+      {"--corpus /dev/zero", "gpt: rank 0: --corpus /dev/zero: not a regular file (a character device)\n"},
+      {"--corpus " + fifo_dir.string(), "gpt: rank 0: corpus file " + (fifo_dir / "b.txt").string() + ": not a regular file (a FIFO)\n"},
+      {"--corpus " + big.string(), "gpt: rank 0: --corpus " + big.string() + ": 1.0 GiB, more than the 1 GiB the example reads into "
+                                   "memory; give it a part of the text\n"},
+      // Was a libtorch allocation error and its backtrace, dozens of lines.
+      {"--vocab 99999999999", "gpt: rank 0: --vocab 99999999999 is more than 1048576 embedding rows (the byte tokenizer uses 256)\n"},
 }  // namespace
