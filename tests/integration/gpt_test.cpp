@@ -165,7 +165,24 @@ TEST(Gpt, BadInputIsOneLineAndANonZeroExit) {
   const fs::path dir = fs::temp_directory_path() / ("cohort_gpt_bad_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   { std::ofstream(dir / "tiny.txt") << "too short\n"; }
+  // A FIFO hung in open() before init(), where --hang-timeout cannot see it; /dev/zero grew to
+  // std::bad_alloc; so would a file over the 1 GiB cap (sparse here: no disk used). A FIFO in a
+  // directory corpus is refused as well.
+  const fs::path fifo = dir / "fifo", fifo_dir = dir / "with_fifo", big = dir / "big.txt";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  fs::create_directories(fifo_dir);
+  { std::ofstream(fifo_dir / "a.txt") << std::string(2000, 'a'); }
+  ASSERT_EQ(::mkfifo((fifo_dir / "b.txt").c_str(), 0600), 0);
+  { std::ofstream create(big); }
+  fs::resize_file(big, (uint64_t{1} << 30) + 1);
   const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--corpus " + fifo.string(), "gpt: rank 0: --corpus " + fifo.string() + ": not a regular file (a FIFO)\n"},
+      {"--corpus /dev/zero", "gpt: rank 0: --corpus /dev/zero: not a regular file (a character device)\n"},
+      {"--corpus " + fifo_dir.string(), "gpt: rank 0: corpus file " + (fifo_dir / "b.txt").string() + ": not a regular file (a FIFO)\n"},
+      {"--corpus " + big.string(), "gpt: rank 0: --corpus " + big.string() + ": 1.0 GiB, more than the 1 GiB the example reads into "
+                                   "memory; give it a part of the text\n"},
+      // Was a libtorch allocation error and its backtrace, dozens of lines.
+      {"--vocab 99999999999", "gpt: rank 0: --vocab 99999999999 is more than 1048576 embedding rows (the byte tokenizer uses 256)\n"},
       {"--corpus /nonexistent/text", "gpt: rank 0: corpus /nonexistent/text does not exist (install Debian's fortunes package, or pass --corpus FILE_OR_DIRECTORY)\n"},
       {"--corpus " + (dir / "tiny.txt").string(), "gpt: rank 0: corpus " + (dir / "tiny.txt").string() + " holds no text to learn from (10 bytes in 1 files; at least 1 KiB is needed)\n"},
       {"--seq-len 512", "gpt: rank 0: --seq-len 512 is longer than the position table (--positions 256)\n"},
@@ -183,22 +200,5 @@ TEST(Gpt, BadInputIsOneLineAndANonZeroExit) {
   }
   fs::remove_all(dir);
 }
-  // A FIFO hung in open() before init(), where --hang-timeout cannot see it; /dev/zero grew to
-  // std::bad_alloc; so would a file over the 1 GiB cap (sparse here: no disk used). A FIFO in a
-  // directory corpus is refused as well.
-  const fs::path fifo = dir / "fifo", fifo_dir = dir / "with_fifo", big = dir / "big.txt";
-  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  fs::create_directories(fifo_dir);
-  { std::ofstream(fifo_dir / "a.txt") << std::string(2000, 'a'); }
-  ASSERT_EQ(::mkfifo((fifo_dir / "b.txt").c_str(), 0600), 0);
-  { std::ofstream create(big); }
-  fs::resize_file(big, (uint64_t{1} << 30) + 1);
 
-      {"--corpus " + fifo.string(), "gpt: rank 0: --corpus " + fifo.string() + ": not a regular file (a FIFO)\n"},
-      {"--corpus /dev/zero", "gpt: rank 0: --corpus /dev/zero: not a regular file (a character device)\n"},
-      {"--corpus " + fifo_dir.string(), "gpt: rank 0: corpus file " + (fifo_dir / "b.txt").string() + ": not a regular file (a FIFO)\n"},
-      {"--corpus " + big.string(), "gpt: rank 0: --corpus " + big.string() + ": 1.0 GiB, more than the 1 GiB the example reads into "
-                                   "memory; give it a part of the text\n"},
-      // Was a libtorch allocation error and its backtrace, dozens of lines.
-      {"--vocab 99999999999", "gpt: rank 0: --vocab 99999999999 is more than 1048576 embedding rows (the byte tokenizer uses 256)\n"},
 }  // namespace
