@@ -22,6 +22,20 @@ using namespace detail;
 namespace {
 constexpr size_t kPendingSteps = 8;  // job steps waiting for their last rank's report
 const char* const kBlamedPhases[] = {"data", "forward", "backward", "optimizer"};
+
+// Whether an event of this kind may come from a worker. The kinds that change the job's shape or
+// state (a round and its world size, a failure, the end) are the launcher's, and the detectors'
+// anomalies the hub's own: a worker's datagram — which anyone on the machine can forge — claiming
+// one is dropped, never logged (so that a replay cannot take it for the launcher's either).
+bool worker_may_send(const json& event) {
+  static const char* const kNotWorkers[] = {"start",   "rendezvous", "round_started", "failure",
+                                            "restart", "replaced",   "finished",      "recovered"};
+  const std::string& kind = event["kind"].get_ref<const std::string&>();
+  for (const char* k : kNotWorkers) {
+    if (kind == k) return false;
+  }
+  return kind != "anomaly" || text_at(event, "anomaly") == "nan";  // straggler, stall, loss_spike: the hub's
+}
 }  // namespace
 
 // ---- Hub::State: output helpers ----
@@ -292,6 +306,9 @@ void Hub::worker_message(const nlohmann::json& message, int node) {
   State& s = *state_;
   std::lock_guard<std::mutex> lock(s.mu);
   if (s.closed) return;
+  // The world's size is the launcher's (round_started): a rank outside it is no worker of this
+  // job, and must not make the hub keep ranks that never report (a stall, a hang that is none).
+  if (s.world_size > 0 && *rank >= s.world_size) return;
   const double now = wall_now();
   json line = message;
   line.erase("pid");
@@ -312,6 +329,7 @@ void Hub::worker_message(const nlohmann::json& message, int node) {
         if (!line.contains(key) && line["fields"].contains(key)) line[key] = line["fields"][key];
       }
     }
+    if (!worker_may_send(line)) return;
     s.record_event(std::move(line));
   }
 }

@@ -370,3 +370,44 @@ TEST(HubInput, WrongTypesNeverThrow) {
   EXPECT_NO_THROW(replay.snapshot().dump());
   EXPECT_NO_THROW(replay.prometheus_text());
 }
+
+// Issue 50: the world's size and the job's state are the launcher's. A worker's datagram (anyone on
+// the machine can send one) that claims a round of 2^20 ranks, a rank outside the world, a failure,
+// the job's end or a stall changes none of it, and is not logged, so a replay does not see it either.
+TEST(HubInput, WorkersCannotResizeTheWorldOrEndTheJob) {
+  TempDir dir;
+  HubOptions o;
+  o.run_dir = dir.path();
+  Hub hub(o);
+  hub.round_started(0, 2, 0);
+  feed_two_ranks(hub, 0, 3);
+  const std::vector<json> forged{
+      {{"type", "event"}, {"pid", 1}, {"rank", 0}, {"kind", "round_started"}, {"round", 1}, {"world_size", 1048576}, {"restart", 0}},
+      {{"type", "event"}, {"pid", 1}, {"rank", 0}, {"kind", "rendezvous"}, {"world_size", 1048576}},
+      {{"type", "metrics"}, {"pid", 1}, {"rank", 1000000}, {"step", 3}, {"step_s", 0.1}},
+      {{"type", "metrics"}, {"pid", 1}, {"rank", 2}, {"step", 3}, {"step_s", 0.1}},
+      {{"type", "event"}, {"pid", 1}, {"rank", (1 << 24) - 1}, {"kind", "checkpoint_saved"}, {"step", 3}},
+      {{"type", "event"}, {"pid", 1}, {"rank", 1}, {"kind", "failure"}, {"reason", "forged"}},
+      {{"type", "event"}, {"pid", 1}, {"rank", 0}, {"kind", "finished"}, {"state", "failed"}},
+      {{"type", "event"}, {"pid", 1}, {"rank", 0}, {"kind", "anomaly"}, {"anomaly", "stall"}},
+      {{"type", "event"}, {"pid", 1}, {"rank", 1}, {"kind", "anomaly"}, {"fields", {{"anomaly", "straggler"}}}},
+  };
+  for (const auto& m : forged) hub.worker_message(m, 0);
+  const json snap = hub.snapshot();
+  EXPECT_EQ(snap["ranks"].size(), 2u);
+  EXPECT_EQ(snap["job"]["world_size"], 2);
+  EXPECT_EQ(snap["job"]["state"], "running");
+  EXPECT_EQ(rank_of(snap, 0)["state"], "running");
+  EXPECT_EQ(rank_of(snap, 1)["state"], "running");
+  EXPECT_EQ(snap["events"].size(), 1u) << snap["events"].dump(1);  // the launcher's round_started
+  // What a worker does send still counts.
+  hub.worker_message({{"type", "event"}, {"pid", 1}, {"rank", 1}, {"kind", "anomaly"}, {"step", 3}, {"anomaly", "nan"},
+                      {"what", "loss"}, {"policy", "warn"}},
+                     0);
+  hub.worker_message({{"type", "event"}, {"pid", 1}, {"rank", 0}, {"kind", "checkpoint_saved"}, {"step", 3}}, 0);
+  EXPECT_EQ(hub.snapshot()["events"].size(), 3u);
+  Hub replay({});
+  replay.replay_file(dir.path() + "/events.jsonl");
+  EXPECT_EQ(replay.snapshot()["ranks"].size(), 2u);
+  EXPECT_EQ(replay.snapshot()["job"]["world_size"], 2);
+}

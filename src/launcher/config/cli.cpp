@@ -1,6 +1,9 @@
 // `cohort run`'s options. See cli.h; meanings and defaults are in options.h and docs/launcher.md.
 #include "launcher/config/cli.h"
 
+#include <stdexcept>
+#include <string>
+
 #include "launcher/config/elastic_options.h"
 
 namespace cohort::launcher {
@@ -24,7 +27,20 @@ CLI::App* add_run_command(CLI::App& app, RunOptions& o) {
       ->capture_default_str();
   run->add_option("--master-port,--master_port", o.master_port,
                   "Port of the workers' store; the agents use the next port (default: a free port on one "
-                  "machine, 29500 on several)");
+                  "machine, 29500 on several)")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            // -1 is the default's internal value ("pick one"): typed, it must not silently mean that.
+            int port = -1;
+            try {
+              size_t used = 0;
+              port = std::stoi(v, &used);
+              if (used != v.size()) port = -1;
+            } catch (const std::exception&) {
+            }
+            return port >= 1 && port <= 65535 ? "" : "'" + v + "' is not a TCP port (1..65535)";
+          },
+          "PORT"));
   run->add_option("--log-dir,--log_dir", o.log_dir, "Also write each rank's output to DIR/rank<R>.log");
   run->add_option("--threads-per-proc", o.threads_per_proc,
                   "Intra-op threads per worker: COHORT_THREADS and OMP_NUM_THREADS (default: cores / workers)")

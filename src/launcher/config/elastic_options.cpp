@@ -66,8 +66,8 @@ void finalize_elastic_options(RunOptions& o) {
   require(!o.rdzv_id.empty(), "--rdzv-endpoint needs --rdzv-id NAME, the same on every node of the job");
   require(o.rdzv_role == "auto" || o.rdzv_role == "host" || o.rdzv_role == "member",
           "--rdzv-role '" + o.rdzv_role + "' must be auto, host or member");
-  require_seconds(o.rdzv_settle_s, "--rdzv-settle", /*zero_allowed=*/true, /*max_s=*/3600);
-  require_seconds(o.node_timeout_s, "--node-timeout", /*zero_allowed=*/false, /*max_s=*/3600);
+  require_seconds(o.rdzv_settle_s, "--rdzv-settle", /*zero_allowed=*/true, /*min_s=*/0, /*max_s=*/3600);
+  require_seconds(o.node_timeout_s, "--node-timeout", /*zero_allowed=*/false, /*min_s=*/1, /*max_s=*/3600);
   const Endpoint endpoint = parse_endpoint(o.rdzv_endpoint);
   o.rdzv_endpoint = endpoint.host + ":" + std::to_string(endpoint.port);
   o.nnodes = o.max_nodes;  // the static checks that follow see a job of up to MAX nodes

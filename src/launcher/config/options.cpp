@@ -27,7 +27,7 @@ void require_count(int n, const std::string& flag, int lo, int hi) {
 
 }  // namespace
 
-void require_seconds(double s, const std::string& flag, bool zero_allowed, double max_s) {
+void require_seconds(double s, const std::string& flag, bool zero_allowed, double min_s, double max_s) {
   std::ostringstream shown;  // as typed, more or less: -1, 0.5, inf, nan
   shown << s;
   const std::string what = flag + " " + shown.str();
@@ -37,8 +37,10 @@ void require_seconds(double s, const std::string& flag, bool zero_allowed, doubl
   } else {
     require(s > 0, what + " must be a positive number of seconds");
   }
-  std::ostringstream max;
+  std::ostringstream min, max;
+  min << min_s;
   max << max_s;
+  require(s == 0 || s >= min_s, what + ": at least " + min.str() + " s" + (zero_allowed ? " (0 turns it off)" : ""));
   require(s <= max_s, what + " is more than " + max.str() + " s");
 }
 
@@ -56,15 +58,15 @@ void finalize_options(RunOptions& o) {
   // -1 (the default) means "pick one"; cli.cpp refuses a -1 typed by the user.
   if (o.nproc_per_node != -1) require_count(o.nproc_per_node, "--nproc-per-node", 1, kMaxProcsPerNode);
   if (o.threads_per_proc != -1) require_count(o.threads_per_proc, "--threads-per-proc", 1, kMaxThreadsPerProc);
-  require_seconds(o.rdzv_timeout_s, "--rdzv-timeout", false);
-  require_seconds(o.stop_grace_s, "--stop-timeout", true);
+  require_seconds(o.rdzv_timeout_s, "--rdzv-timeout", false, 1);
+  require_seconds(o.stop_grace_s, "--stop-timeout", true, 0);  // 0: SIGKILL at once
   require_count(o.max_restarts, "--max-restarts", 0, 1000000);
   require_count(o.tail_lines, "--tail-lines", 0, 100000);
   require(!o.warm_spares || o.max_restarts > 0,
           "--warm-spares prepares workers for a restart, and --max-restarts is 0 (no restarts)");
   require(!o.keep_survivors || o.max_restarts > 0,
           "--keep-survivors replaces failed workers, and --max-restarts is 0 (no replacements)");
-  require_seconds(o.hang_timeout_s, "--hang-timeout", true);  // 0: hang detection off
+  require_seconds(o.hang_timeout_s, "--hang-timeout", true, 1);  // 0: hang detection off
   require(!o.master_addr.empty(), "--master-addr must not be empty");
   require(o.master_port == -1 || (o.master_port >= 1 && o.master_port <= 65535),
           "--master-port " + std::to_string(o.master_port) + " is not a TCP port (1..65535)");
@@ -74,7 +76,7 @@ void finalize_options(RunOptions& o) {
           "--on-nan '" + o.on_nan + "' must be stop, skip or warn");
   require(o.dashboard_port >= 0 && o.dashboard_port <= 65535,
           "--dashboard-port " + std::to_string(o.dashboard_port) + " is not a TCP port (0..65535; 0: any free one)");
-  require_seconds(o.stall_timeout_s, "--stall-timeout", true);  // 0: stall detection off
+  require_seconds(o.stall_timeout_s, "--stall-timeout", true, 1);  // 0: stall detection off
   require(std::isfinite(o.straggler_factor) && o.straggler_factor > 1 && o.straggler_factor <= 1000,
           "--straggler-factor must be a number above 1 and up to 1000");
   require(!o.dashboard_host.empty(), "--dashboard-host must not be empty");

@@ -63,10 +63,11 @@ constexpr int kMaxThreadsPerProc = 1024;
 /// cohort::ConfigError. The run directory's default is made later, by the agent that leads.
 void finalize_options(RunOptions& options);
 
-/// Throws ConfigError naming `flag` unless `s` is a finite number of seconds above 0 (or also 0,
-/// where 0 turns a feature off) and at most `max_s` — "inf" or "nan" would overflow every deadline
-/// computed from it.
-void require_seconds(double s, const std::string& flag, bool zero_allowed, double max_s = 7 * 24 * 3600.0);
+/// Throws ConfigError naming `flag` unless `s` is a finite number of seconds from `min_s` to `max_s`
+/// (or 0 where `zero_allowed`: 0 turns a feature off) — "inf" or "nan" would overflow every
+/// deadline computed from it, and 1e-9 would make a timeout fire at once (a healthy job killed).
+void require_seconds(double s, const std::string& flag, bool zero_allowed, double min_s,
+                     double max_s = 7 * 24 * 3600.0);
 
 /// True for a loopback address ("127.0.0.1", any 127.x, "localhost", "::1").
 bool is_loopback_host(const std::string& host);

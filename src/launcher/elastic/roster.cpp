@@ -1,8 +1,6 @@
 // The elastic host's roster of agents. See elastic/roster.h.
 #include "launcher/elastic/roster.h"
 
-#include <sys/socket.h>  // accept4
-
 #include <iostream>
 #include <sstream>
 
@@ -21,34 +19,18 @@ std::string seconds_text(double s) {
 
 }  // namespace
 
-Roster::Roster(const RunOptions& o, int listener) : o_(o), listener_(listener), beats_(o.node_timeout_s / 5) {}
+Roster::Roster(const RunOptions& o, int listener)
+    : o_(o), listener_(listener), door_(listener, o.job_token), beats_(o.node_timeout_s / 5) {}
 
 void Roster::add_pollfds(std::vector<pollfd>& fds) const {
-  fds.push_back({listener_.get(), POLLIN, 0});
-  for (const auto& p : pending_) fds.push_back({p.fd(), POLLIN, 0});
+  door_.add_pollfds(fds);
   for (const auto& n : nodes_) fds.push_back({n.link.fd(), POLLIN, 0});
 }
 
 void Roster::service(const std::vector<pollfd>& fds, RosterEvents& events) {
-  if (is_ready(fds, listener_.get())) {
-    int fd = accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd >= 0) pending_.emplace_back(std::make_shared<Channel>(fd, o_.job_token));
-  }
-  for (size_t i = 0; i < pending_.size();) {
-    std::vector<nlohmann::json> messages;
-    const bool open = !is_ready(fds, pending_[i].fd()) || pending_[i].receive(messages);
-    bool settled = !open || pending_[i].silent_for(o_.node_timeout_s);  // an agent says "join" at once
-    for (const auto& m : messages) {
-      if (!settled && m.value("type", "") == "join") {
-        admit(pending_[i], m, events);
-        settled = true;
-      }
-    }
-    if (settled) {
-      pending_.erase(pending_.begin() + static_cast<long>(i));
-    } else {
-      ++i;
-    }
+  for (auto& arrival : door_.service(fds)) {
+    Link link(std::shared_ptr<Channel>(std::move(arrival.channel)));
+    admit(link, arrival.join, events);
   }
   for (size_t i = 0; i < nodes_.size();) {
     std::vector<nlohmann::json> messages;

@@ -12,6 +12,7 @@
 
 #include "launcher/elastic/heartbeat.h"
 #include "launcher/config/options.h"
+#include "launcher/io/doorway.h"
 #include "launcher/io/socket_util.h"
 
 namespace cohort::launcher {
@@ -60,8 +61,8 @@ class Roster {
 
   const RunOptions o_;
   UniqueFd listener_;
+  Doorway door_;                   // connected, not joined yet (io/doorway.h)
   HeartbeatSender beats_;
-  std::vector<Link> pending_;      // connected, not joined yet
   std::vector<RosterNode> nodes_;  // joined, in id order
   int next_id_ = 1;
 };

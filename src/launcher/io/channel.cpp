@@ -25,6 +25,7 @@ constexpr size_t kNonceBytes = 16;
 constexpr size_t kMacDigits = 64;
 constexpr int kHelloWaitMs = 10000;
 
+constexpr size_t kHelloLimit = 4096;  // bytes before the hello's line end
 // Names a sender of something that is not an agent message: the first time, then at every power
 // of ten, so that a flood of bad connections cannot fill the agent's stderr.
 void note_dropped(int fd, const std::string& problem) {
@@ -89,6 +90,11 @@ std::string Channel::refusal() const {
 }
 
 bool Channel::take_hello_locked() {
+void Channel::set_buffer_limit(size_t bytes) {
+  std::lock_guard<std::mutex> lock(read_mu_);
+  buffer_limit_ = bytes;
+}
+
   if (!peer_nonce_.empty()) return true;
   const size_t nl = buffer_.find('\n');
   if (nl == std::string::npos) return false;
@@ -104,7 +110,7 @@ bool Channel::learn_peer_nonce(int wait_ms) {
   char buf[4096];
   for (;;) {
     if (take_hello_locked()) return true;
-    if (buffer_.find('\n') != std::string::npos || buffer_.size() > 4096) return false;  // a first line that is not a hello
+    if (buffer_.find('\n') != std::string::npos || buffer_.size() > kHelloLimit) return false;  // a first line that is not a hello
     const ssize_t n = recv(fd_, buf, sizeof(buf), MSG_DONTWAIT);
     if (n > 0) {
       buffer_.append(buf, static_cast<size_t>(n));
@@ -195,8 +201,15 @@ bool Channel::receive(std::vector<nlohmann::json>& out) {
       break;
     }
     buffer_.append(buf, static_cast<size_t>(n));
-    if (buffer_.size() > (1u << 24)) {  // 16 MiB without a newline: not an agent
-      refuse("16 MiB without a line end");
+    // An agent's hello is its first 48 bytes: a stranger may not make this side hold more than
+    // a few KiB before it (the bound is per connection; a host bounds the connections, doorway.h).
+    if (peer_nonce_.empty() && buffer_.size() > kHelloLimit && buffer_.find('\n') > kHelloLimit) {
+      refuse("4 KiB without a hello (not a cohort agent)");
+      return false;
+    }
+    if (buffer_.size() > buffer_limit_) {
+      refuse(buffer_limit_ >= (size_t{1} << 20) ? std::to_string(buffer_limit_ >> 20) + " MiB without a line end"
+                                                : std::to_string(buffer_limit_ >> 10) + " KiB without a line end");
       return false;
     }
   }

@@ -54,13 +54,20 @@ class Channel {
   bool receive(std::vector<nlohmann::json>& out);
   /// Why the peer refused this side's messages, when it said so before closing; else empty.
   std::string refusal() const;
+  /// Most bytes receive() holds while a line is incomplete: a peer that sends more is refused.
+  /// Before the peer's hello it is 4 KiB whatever this says. A rendezvous host lowers it for a
+  /// connection that has not joined yet (io/doorway.h), so that strangers cannot make it hold much.
+  static constexpr size_t kBufferLimit = size_t{1} << 24;
+  void set_buffer_limit(size_t bytes);
+  /// Ends the talk with a peer that is not wanted: names it once on stderr, tells it why in one
+  /// plain line (never waiting). The caller then closes the channel.
+  void refuse(const std::string& why);
 
  private:
   bool learn_peer_nonce(int wait_ms);  // takes read_mu_; true once the peer's hello is in
   bool take_hello_locked();            // read_mu_ held: the hello off the front of buffer_
   std::string sealed(const std::string& text);  // send_mu_ held: "<mac> <text>\n", numbered
   bool flush_locked();                 // send_mu_ held
-  void refuse(const std::string& why);  // names the peer once on stderr, tells it why
 
   int fd_;
   std::string key_;              // derived from the job token: signs and checks messages
@@ -68,6 +75,7 @@ class Channel {
   uint64_t sent_ = 0;            // messages sent (send_mu_)
   uint64_t received_ = 0;        // messages received (read_mu_)
   std::string buffer_;           // received bytes not yet taken (read_mu_)
+  size_t buffer_limit_ = kBufferLimit;  // (read_mu_)
   std::string peer_nonce_;       // empty until the peer's hello (read_mu_)
   std::string refusal_;          // (read_mu_)
   std::string unsent_;           // droppable messages (and the rest of a partly sent one), oldest first

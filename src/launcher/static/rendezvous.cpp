@@ -10,6 +10,7 @@
 #include <map>
 
 #include "launcher/io/channel.h"
+#include "launcher/io/doorway.h"
 #include "cohort/error.h"
 #include "launcher/elastic/coordinators.h"
 #include "launcher/config/elastic_options.h"
@@ -42,7 +43,7 @@ RendezvousResult host(const RunOptions& o, SignalPipe& signals) {
   const std::string where = o.master_addr + ":" + std::to_string(agent_port(o));
   UniqueFd listener(bind_tcp(o.master_addr, agent_port(o)));  // closed once everyone joined
   const auto deadline = deadline_in(o.rdzv_timeout_s);
-  std::vector<std::unique_ptr<Channel>> pending;
+  Doorway door(listener.get(), o.job_token);  // strangers' connections cost little (doorway.h)
   std::map<int, std::pair<std::unique_ptr<Channel>, int>> joined;  // node rank → link, nproc
 
   auto reject = [&](Channel& ch, const std::string& why) {
@@ -60,47 +61,30 @@ RendezvousResult host(const RunOptions& o, SignalPipe& signals) {
                                  " (missing node ranks " + missing + "); start cohort run on every node with --nnodes " +
                                  std::to_string(o.nnodes) + " and --master-addr " + o.master_addr);
     }
-    std::vector<pollfd> fds{{signals.fd(), POLLIN, 0}, {listener.get(), POLLIN, 0}};
-    for (const auto& p : pending) fds.push_back({p->fd(), POLLIN, 0});
+    std::vector<pollfd> fds{{signals.fd(), POLLIN, 0}};
+    door.add_pollfds(fds);
     poll(fds.data(), fds.size(), std::min(ms_left(deadline), 200));
     signals.throw_if_interrupted();
-    if (fds[1].revents & POLLIN) {
-      int fd = accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC);
-      if (fd >= 0) pending.push_back(std::make_unique<Channel>(fd, o.job_token));
-    }
-    for (size_t i = 0; i < pending.size();) {
-      std::vector<nlohmann::json> messages;
-      bool open = pending[i]->receive(messages);
-      bool taken = false;
-      for (const auto& m : messages) {
-        if (m.value("type", "") != "join") continue;
-        int node = m.value("node_rank", -1), nnodes = m.value("nnodes", -1), nproc = m.value("nproc", 0);
-        if (nnodes != o.nnodes) {
-          reject(*pending[i], "node " + std::to_string(node) + " was started with --nnodes " +
-                                  std::to_string(nnodes) + " but node 0 with --nnodes " + std::to_string(o.nnodes));
-        }
-        // Node 0 decides about restarts and repairs for every node: they must agree on the rules.
-        if (m.value("keep_survivors", false) != o.keep_survivors || m.value("max_restarts", o.max_restarts) != o.max_restarts) {
-          auto rules = [](bool keep, int max) {
-            return "--max-restarts " + std::to_string(max) + (keep ? " --keep-survivors" : " (no --keep-survivors)");
-          };
-          reject(*pending[i], "node " + std::to_string(node) + " was started with " +
-                                  rules(m.value("keep_survivors", false), m.value("max_restarts", 0)) + " but node 0 with " +
-                                  rules(o.keep_survivors, o.max_restarts) + "; start every node with the same");
-        }
-        if (node <= 0 || node >= o.nnodes || joined.count(node)) {
-          reject(*pending[i], "two nodes were started with --node-rank " + std::to_string(node) +
-                                  "; give every node its own rank in 0.." + std::to_string(o.nnodes - 1));
-        }
-        joined[node] = {std::move(pending[i]), nproc};
-        taken = true;
-        break;
+    for (auto& [channel, m] : door.service(fds)) {
+      int node = m.value("node_rank", -1), nnodes = m.value("nnodes", -1), nproc = m.value("nproc", 0);
+      if (nnodes != o.nnodes) {
+        reject(*channel, "node " + std::to_string(node) + " was started with --nnodes " + std::to_string(nnodes) +
+                             " but node 0 with --nnodes " + std::to_string(o.nnodes));
       }
-      if (taken || !open) {
-        pending.erase(pending.begin() + static_cast<long>(i));
-      } else {
-        ++i;
+      // Node 0 decides about restarts and repairs for every node: they must agree on the rules.
+      if (m.value("keep_survivors", false) != o.keep_survivors || m.value("max_restarts", o.max_restarts) != o.max_restarts) {
+        auto rules = [](bool keep, int max) {
+          return "--max-restarts " + std::to_string(max) + (keep ? " --keep-survivors" : " (no --keep-survivors)");
+        };
+        reject(*channel, "node " + std::to_string(node) + " was started with " +
+                             rules(m.value("keep_survivors", false), m.value("max_restarts", 0)) + " but node 0 with " +
+                             rules(o.keep_survivors, o.max_restarts) + "; start every node with the same");
       }
+      if (node <= 0 || node >= o.nnodes || joined.count(node)) {
+        reject(*channel, "two nodes were started with --node-rank " + std::to_string(node) +
+                             "; give every node its own rank in 0.." + std::to_string(o.nnodes - 1));
+      }
+      joined[node] = {std::move(channel), nproc};
     }
   }
 

@@ -73,6 +73,16 @@ TEST(LauncherCli, NumbersOutOfRangeAreOneLineErrors) {
       {{"--straggler-factor", "inf"}, "--straggler-factor"},
       {{"--tail-lines", "-5"}, "--tail-lines"},
       {{"--max-restarts", "99999999"}, "--max-restarts"},
+      // Issue 50: a timeout of a nanosecond fires at once (--hang-timeout killed a healthy job);
+      // -1, the default's internal value for "a free port", must not be taken from the user.
+      {{"--hang-timeout", "1e-9"}, "--hang-timeout 1e-09: at least 1 s (0 turns it off)"},
+      {{"--stall-timeout", "0.001"}, "--stall-timeout 0.001: at least 1 s (0 turns it off)"},
+      {{"--rdzv-timeout", "0.01"}, "--rdzv-timeout 0.01: at least 1 s"},
+      {{"--node-timeout", "1e-9", "--nnodes", "1:2", "--rdzv-endpoint", "127.0.0.1:29400", "--rdzv-id", "j"},
+       "--node-timeout 1e-09: at least 1 s"},
+      {{"--master-port", "-1"}, "--master-port: '-1' is not a TCP port (1..65535)"},
+      {{"--master-port", "0"}, "--master-port: '0' is not a TCP port (1..65535)"},
+      {{"--master-port", "65536"}, "--master-port: '65536' is not a TCP port (1..65535)"},
   };
   for (const auto& [flags, needle] : cases) {
     std::vector<std::string> cmd{COHORT_BIN, "run"};
