@@ -24,8 +24,8 @@ constexpr std::string_view kRefused = "cohort-refused ";   // + why, plain text
 constexpr size_t kNonceBytes = 16;
 constexpr size_t kMacDigits = 64;
 constexpr int kHelloWaitMs = 10000;
-
 constexpr size_t kHelloLimit = 4096;  // bytes before the hello's line end
+
 // Names a sender of something that is not an agent message: the first time, then at every power
 // of ten, so that a flood of bad connections cannot fill the agent's stderr.
 void note_dropped(int fd, const std::string& problem) {
@@ -89,12 +89,12 @@ std::string Channel::refusal() const {
   return refusal_;
 }
 
-bool Channel::take_hello_locked() {
 void Channel::set_buffer_limit(size_t bytes) {
   std::lock_guard<std::mutex> lock(read_mu_);
   buffer_limit_ = bytes;
 }
 
+bool Channel::take_hello_locked() {
   if (!peer_nonce_.empty()) return true;
   const size_t nl = buffer_.find('\n');
   if (nl == std::string::npos) return false;
