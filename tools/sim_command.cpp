@@ -142,6 +142,10 @@ int run_run(const SimOptions& o) {
   if (!errors.empty()) return fail(errors);
   std::stable_sort(changes.begin(), changes.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
   sim::Simulation s(p);
+  // Past memory_budget_mb the series and the timeline are down-sampled: one line here, and the
+  // report's "notice" (sim/engine/budget.h).
+  std::string notice = s.memory_plan().notice;
+  if (!notice.empty()) std::cerr << "cohort sim: " << notice << std::endl;
   for (const auto& [t, kv] : changes) {
     s.run_for(t - s.now());
     sim::Params next = s.params();
@@ -151,6 +155,9 @@ int run_run(const SimOptions& o) {
     const auto bad = sim::validate(next);
     if (!bad.empty()) return fail(bad);
     s.set_params(next);
+    if (s.memory_plan().notice != notice && !(notice = s.memory_plan().notice).empty()) {
+      std::cerr << "cohort sim: at " << s.now() << " s: " << notice << std::endl;
+    }
   }
   s.run();
   json j = sim::report_json(s, {!o.no_series, true, o.timeline});

@@ -88,6 +88,7 @@ const std::vector<Entry>& entries() {
       INT(timeline_workers, "", "run", 0, 4096, "workers on the timeline"),
       REAL(timeline_s, "s", "run", 0.001, 1e6, "the timeline's window"),
       REAL(sample_s, "s", "run", 0, 1e9, "series sampling interval (0: hours/240)"),
+      REAL(memory_budget_mb, "MiB", "run", 1, 65536, "memory for the series and the timeline (past it: coarser, shorter)"),
   };
   return table;
 }

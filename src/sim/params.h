@@ -84,6 +84,7 @@ struct Params {
   int timeline_workers = 32;       // workers whose timeline is kept (the first ones)
   double timeline_s = 10;          // the timeline's window, seconds
   double sample_s = 0;             // series sampling interval; 0: hours*3600/240
+  double memory_budget_mb = 256;   // the series and the timeline past it: coarser, shorter (engine/budget.h)
 };
 
 /// One parameter: its name in JSON and --set, its unit, its range and what it is.

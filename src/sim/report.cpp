@@ -91,6 +91,12 @@ json report_json(const Simulation& s, const ReportParts& parts) {
                             {"activations", m.activations}, {"total", m.total()}};
   j["checkpoint"] = {{"bytes_per_node", s.checkpoint_bytes_per_node()}, {"stall_s", s.checkpoint_stall_s()},
                      {"restore_s", s.restore_s()}};
+  // What the memory budget let the series and the timeline keep (engine/budget.h), and the one line
+  // saying what it down-sampled.
+  const MemoryPlan& plan = s.memory_plan();
+  j["memory"] = {{"budget_bytes", plan.budget_bytes}, {"asked_bytes", plan.asked_bytes}, {"planned_bytes", plan.planned_bytes},
+                 {"sample_s", plan.sample_s}, {"timeline_s", plan.timeline_s}, {"timeline_steps", plan.timeline_steps}};
+  if (!plan.notice.empty()) j["notice"] = plan.notice;
   j["goodput"] = t.goodput();
   j["totals"] = {{"wall_s", t.wall_s},          {"useful_s", t.useful_s},       {"lost_work_s", t.lost_work_s},
                  {"detect_s", t.detect_s},      {"restart_s", t.restart_s},     {"restore_s", t.restore_s},

@@ -171,6 +171,47 @@ async function badValuesAreNamed() {
   }
 }
 
+// Parameters in range that would take more memory than the tab has (issue 50: 4,096 workers over a
+// 1e6 s window, a point a microsecond for 1e5 hours): the core's one-line notice shows and the
+// simulation goes on, where the tab froze or aborted; a budget past the tab's memory is refused.
+async function pastTheMemoryBudgetTheNoticeShows() {
+  const browser = await t.launchBrowser();
+  try {
+    const cases = [
+      ['timeline', { nodes: 512, workers_per_node: 8, timeline_workers: 4096, timeline_s: 1e6 },
+        /^memory budget 256 MiB \(memory_budget_mb\): the timeline of 4096 workers over timeline_s = 1e\+06 s would take ~[\d.]+ GiB: it keeps the last \d+ steps/],
+      ['series', { sample_s: 1e-6, hours: 1e5 },
+        /^memory budget 256 MiB \(memory_budget_mb\): the series at sample_s = 1e-06 s would hold 3\.6e\+14 points \(~[\d.]+ PiB\): sampled every [\d.]+ s instead$/],
+    ];
+    for (const [name, params, expected] of cases) {
+      const page = await t.openPage(browser, fileUrl + '#params=' + encodeURIComponent(JSON.stringify(params)));
+      await t.waitFor('the notice', () => page.isVisible('#notice'), 10000);
+      assert.match(await page.textContent('#notice'), expected);
+      const t0 = await page.evaluate(() => window.cohortSim.report.t);
+      await t.waitFor('the simulation going on', async () => (await page.evaluate(() => window.cohortSim.report.t)) > t0 + 60, 30000);
+      const seen = await page.evaluate(() => {
+        window.cohortSim.pause();
+        window.cohortSim.runTo(window.cohortSim.report.t + 10);
+        const r = window.cohortSim.report;
+        return { rows: r.timeline.length, window: r.memory.timeline_s, errors: document.getElementById('errors').hidden };
+      });
+      assert.strictEqual(seen.errors, true, 'no error shown');
+      if (name === 'timeline') {
+        assert.strictEqual(seen.rows, 4096);
+        assert.ok(seen.window < 1e6, 'the window kept: ' + seen.window + ' s');
+      }
+      await page.screenshot({ path: path.join(t.artifactsDir(), 'sim-budget-' + name + '.png') });
+      assertClean(page);
+      await page.close();
+    }
+    const big = await t.openPage(browser, fileUrl + '#params=' + encodeURIComponent(JSON.stringify({ memory_budget_mb: 4096 })));
+    assert.match(await big.textContent('#errors'), /memory_budget_mb is 4096: the page holds at most 1024 MiB/);
+    assert.strictEqual(await big.getAttribute('#state', 'data-state'), 'error');
+  } finally {
+    await browser.close();
+  }
+}
+
 async function servedOnLoopbackWithItsParameters() {
   const serve = t.start('sim-serve', cohort, ['sim', 'serve', '--preset', 'llama3-4096', '--set', 'nodes=125']);
   const url = await t.printedUrl(serve);
@@ -200,5 +241,6 @@ t.run([
   ['the page opens from a file, runs, and draws every view', opensFromAFileAndRuns],
   ['changes through the controls mid-run move throughput and goodput as cohort sim run --at predicts', changesMidRunMoveTheChartsAsTheCliPredicts],
   ['bad values are named and the simulation goes on', badValuesAreNamed],
+  ['past the memory budget the page shows the notice and goes on', pastTheMemoryBudgetTheNoticeShows],
   ['cohort sim serve: loopback, the given parameters, 1,000 workers', servedOnLoopbackWithItsParameters],
 ]);

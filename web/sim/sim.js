@@ -26,7 +26,7 @@
   let lastTimeline = 0;
   const series = [];
   const charts = {};
-  const stats = { frames: 0, fps: 0, advances: 0, advanceMs: 0, chartMs: 0, timelineMs: 0, summaryMs: 0, starts: 0, sets: 0, errors: 0 };
+  const stats = { frames: 0, fps: 0, advances: 0, advanceMs: 0, timelineAdvanceMs: 0, chartMs: 0, timelineMs: 0, summaryMs: 0, starts: 0, sets: 0, errors: 0 };
   let fpsWindow = { t: 0, frames: 0 };
 
   function call(name, ...args) {
@@ -44,6 +44,13 @@
     stats.errors++;
     box.hidden = false;
     box.textContent = list.join('\n');
+  }
+
+  /// The core's one line when the memory budget (memory_budget_mb) down-sampled the series or the timeline.
+  function showNotice(text) {
+    const box = $('notice');
+    if (box.textContent !== (text || '')) box.textContent = text || '';
+    box.hidden = !text;
   }
 
   function fmt(v, digits) {
@@ -261,7 +268,7 @@
     ctx.clearRect(0, 0, w, h);
     if (!rows.length || !last) return;
     const t1 = last.t;
-    const t0 = t1 - params.timeline_s;
+    const t0 = t1 - (last.memory ? last.memory.timeline_s : params.timeline_s);  // the budget's window
     const rh = h / rows.length;
     const px = w / (t1 - t0);
     rows.forEach((segs, r) => {
@@ -290,6 +297,7 @@
     const res = call('sim_start', JSON.stringify(p));
     if (res.errors) {
       showErrors(res.errors);
+      showNotice('');
       $('state').dataset.state = 'error';
       $('state').textContent = 'error';
       running = false;
@@ -311,7 +319,10 @@
   function advance(seconds, withTimeline) {
     const t0 = performance.now();
     const r = call('sim_advance', seconds, withTimeline ? 1 : 0);
-    stats.advanceMs = performance.now() - t0;
+    // A slice with the timeline also pays for the timeline's JSON: timed apart, so that a large
+    // timeline makes the timeline rarer rather than the slices shorter.
+    if (withTimeline) stats.timelineAdvanceMs = performance.now() - t0;
+    else stats.advanceMs = performance.now() - t0;
     stats.advances++;
     if (r.errors) {
       showErrors(r.errors);
@@ -323,6 +334,7 @@
     for (const e of r.events_new) addEvent(e);
     if (!withTimeline && last && last.timeline) r.timeline = last.timeline;
     last = r;
+    showNotice(r.notice);
     finished = r.finished;
     if (finished) running = false;
   }
@@ -337,7 +349,7 @@
       // This frame's share of simulated time, cut down when the last slice ran over its budget.
       let slice = speed / 60;
       if (stats.advanceMs > FRAME_BUDGET_MS) slice *= FRAME_BUDGET_MS / stats.advanceMs;
-      const wantTimeline = now - lastTimeline >= TIMELINE_MS;
+      const wantTimeline = now - lastTimeline >= Math.max(TIMELINE_MS, 10 * stats.timelineAdvanceMs);
       advance(slice, wantTimeline);
       if (wantTimeline) {
         lastTimeline = now;

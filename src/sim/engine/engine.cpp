@@ -52,19 +52,35 @@ const char* worker_state_name(WorkerState s) {
 Simulation::Simulation(const Params& p) : p_(p), rng_((throw_if_invalid(p), p.seed)) {
   active_nodes_ = target_nodes_ = p_.nodes;
   spares_ = p_.spare_nodes;
-  next_sample_ = p_.sample_s > 0 ? p_.sample_s : p_.hours * 3600.0 / 240.0;
   reshape();
+  plan_ = plan();
+  if (!plan_.refusal.empty()) throw std::invalid_argument(plan_.refusal);
+  next_sample_ = plan_.sample_s;
   redraw_faults();
 }
+
+MemoryPlan Simulation::plan() const { return plan_memory(p_, shape_of(1).step, world(), t_, series_.size()); }
 
 void Simulation::set_params(const Params& p) {
   throw_if_invalid(p);
   const Params old = p_;
+  const int old_active = active_nodes_, old_target = target_nodes_, old_spares = spares_;
   p_ = p;
   p_.seed = old.seed;
   if (p_.nodes != old.nodes) active_nodes_ = target_nodes_ = p_.nodes;
   if (p_.spare_nodes != old.spare_nodes) spares_ = std::max(0, spares_ + p_.spare_nodes - old.spare_nodes);
   reshape();
+  const MemoryPlan next = plan();
+  if (!next.refusal.empty()) {  // refused: nothing changed
+    p_ = old;
+    active_nodes_ = old_active;
+    target_nodes_ = old_target;
+    spares_ = old_spares;
+    reshape();
+    throw std::invalid_argument(next.refusal);
+  }
+  plan_ = next;
+  prune_timeline();
   // Fault clocks restart under the new rates; an outage in progress ends as it was planned.
   if (p_.nodes != old.nodes || p_.node_mtbf_h != old.node_mtbf_h || p_.failure_law != old.failure_law ||
       p_.weibull_shape != old.weibull_shape || p_.node_mtbh_h != old.node_mtbh_h) {
@@ -153,7 +169,7 @@ void Simulation::run_for(double seconds) {
   totals_.wall_s = t_;
 }
 
-void Simulation::step_once(double limit) {
+Simulation::StepShape Simulation::shape_of(double smax) const {
   const double s = compute_scale_;
   double fb = p_.forward_s + p_.backward_s;
   double F = p_.forward_s * s, B = p_.backward_s * s;
@@ -163,25 +179,6 @@ void Simulation::step_once(double limit) {
     B = fb * 2 / 3 * s;
   }
   const double D = p_.data_s * s, O = p_.optimizer_s * s;
-  const int64_t n = world();
-  const int k_timeline = static_cast<int>(scratch_.size());
-
-  // Every worker's compute multiplier this step.
-  double smax = 1, ssum = static_cast<double>(n);
-  const bool noisy = p_.compute_cv > 0 || p_.straggle_prob > 0 || p_.slow_workers > 0;
-  if (noisy) {
-    smax = 0;
-    ssum = 0;
-    const double cv = p_.compute_cv, prob = p_.straggle_prob;
-    for (int64_t w = 0; w < n; ++w) {
-      double m = cv > 0 ? std::max(0.1, 1.0 + cv * rng_.fast_normal()) : 1.0;
-      if (is_slow(w, n, p_.slow_workers)) m *= p_.slow_factor;
-      if (prob > 0 && rng_.uniform() < prob) m *= p_.straggle_factor;
-      smax = std::max(smax, m);
-      ssum += m;
-      if (w < k_timeline) scratch_[static_cast<size_t>(w)] = static_cast<float>(m);
-    }
-  }
 
   // The forward (level 3: each unit waits for its gather; gathers run ahead back to back).
   double fwd_end = smax * (D + F);
@@ -205,6 +202,33 @@ void Simulation::step_once(double limit) {
   const double sync = std::max(bwd_max, free);
   const double step = sync + smax * O + after_step_comm_;
   comm += after_step_comm_;
+  return {D, F, B, O, fwd_end, bwd_max, sync, step, comm};
+}
+
+void Simulation::step_once(double limit) {
+  const int64_t n = world();
+  const int k_timeline = static_cast<int>(scratch_.size());
+
+  // Every worker's compute multiplier this step.
+  double smax = 1, ssum = static_cast<double>(n);
+  const bool noisy = p_.compute_cv > 0 || p_.straggle_prob > 0 || p_.slow_workers > 0;
+  if (noisy) {
+    smax = 0;
+    ssum = 0;
+    const double cv = p_.compute_cv, prob = p_.straggle_prob;
+    for (int64_t w = 0; w < n; ++w) {
+      double m = cv > 0 ? std::max(0.1, 1.0 + cv * rng_.fast_normal()) : 1.0;
+      if (is_slow(w, n, p_.slow_workers)) m *= p_.slow_factor;
+      if (prob > 0 && rng_.uniform() < prob) m *= p_.straggle_factor;
+      smax = std::max(smax, m);
+      ssum += m;
+      if (w < k_timeline) scratch_[static_cast<size_t>(w)] = static_cast<float>(m);
+    }
+  }
+
+  const StepShape sh = shape_of(smax);
+  const double D = sh.D, F = sh.F, B = sh.B, O = sh.O;
+  const double fwd_end = sh.fwd_end, bwd_max = sh.bwd_max, sync = sh.sync, step = sh.step, comm = sh.comm;
 
   StepSums one;
   one.steps = 1;
@@ -254,7 +278,8 @@ void Simulation::step_once(double limit) {
 
   // The timeline keeps the steps of its window (of a batch of identical steps, only those).
   if (k_timeline > 0) {
-    const int64_t keep = std::min<int64_t>(count, static_cast<int64_t>(p_.timeline_s / step) + 1);
+    const double window = std::min(plan_.timeline_s / step + 1, plan_.timeline_steps);
+    const int64_t keep = std::min<int64_t>(count, static_cast<int64_t>(window));
     std::vector<float> own(static_cast<size_t>(2 * k_timeline));
     for (int w = 0; w < k_timeline; ++w) {
       const double m = scratch_[static_cast<size_t>(w)];
@@ -286,7 +311,7 @@ void Simulation::sample_series() {
     interval_ = StepSums{};
     interval_useful_ = totals_.useful_s;
     interval_start_ = next_sample_;
-    next_sample_ += p_.sample_s > 0 ? p_.sample_s : p_.hours * 3600.0 / 240.0;
+    next_sample_ += plan_.sample_s;
   }
 }
 

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "budget.h"
 #include "collectives.h"
 #include "params.h"
 #include "rng.h"
@@ -82,11 +83,13 @@ struct Segment {
 
 class Simulation {
  public:
-  /// Throws std::invalid_argument naming every bad parameter (validate()).
+  /// Throws std::invalid_argument naming every bad parameter (validate()), or the memory plan's
+  /// refusal (budget.h).
   explicit Simulation(const Params& p);
 
   /// New parameters from the next step on (a fault or restart in progress finishes as it was).
-  /// A new node count resizes the job as if it had been started so; a new seed is ignored.
+  /// A new node count resizes the job as if it had been started so; a new seed is ignored. Throws
+  /// as the constructor does, and then goes on with the old parameters.
   void set_params(const Params& p);
   const Params& params() const { return p_; }
 
@@ -119,8 +122,12 @@ class Simulation {
   /// The per-bucket collective times of the current shape (seconds), in backward order.
   const std::vector<double>& bucket_comm_s() const { return bucket_comm_; }
 
-  /// The timeline of the first timeline_workers workers over the last timeline_s seconds.
+  /// The timeline of the first timeline_workers workers over the last timeline_s seconds (or the
+  /// shorter window of the memory plan).
   std::vector<std::vector<Segment>> timeline() const;
+  /// The series' interval and the timeline's window within memory_budget_mb, and the one line that
+  /// says what was down-sampled (budget.h).
+  const MemoryPlan& memory_plan() const { return plan_; }
 
  private:
   struct StepRecord {
@@ -132,6 +139,13 @@ class Simulation {
     int first_worker, workers;  // the failed node's workers (failed), the rest restarting
   };
   static constexpr double kNever = 1e300;
+  struct StepShape {
+    double D, F, B, O;                // the phases of a worker at multiplier 1 (contention included)
+    double fwd_end, bwd_max, sync, step, comm;
+  };
+
+  StepShape shape_of(double smax) const;  // a step whose slowest worker's multiplier is smax
+  MemoryPlan plan() const;
 
   void reshape();                // bucket plan and collective costs for the current shape
   double draw_failure();         // one node's time to its next failure, from now
@@ -181,6 +195,7 @@ class Simulation {
   double write_free_at_ = 0;  // the background writer is busy until then
 
   // Outputs.
+  MemoryPlan plan_;
   Totals totals_;
   StepSums sums_;
   StepSums interval_;

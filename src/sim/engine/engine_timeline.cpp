@@ -14,8 +14,10 @@ void Simulation::record_step(const StepRecord& r, const float* own, int k) {
 }
 
 void Simulation::prune_timeline() {
-  const double from = t_ - p_.timeline_s;
-  while (!records_.empty() && records_.front().end < from) {
+  const double from = t_ - plan_.timeline_s;
+  // The window's steps, and never more than the memory plan holds (a step can be shorter than the
+  // plan's estimate).
+  while (!records_.empty() && (records_.front().end < from || static_cast<double>(records_.size()) > plan_.timeline_steps)) {
     records_.pop_front();
     const size_t next = records_.empty() ? own_base_ + own_.size() : records_.front().first;
     const size_t drop = next - own_base_;
@@ -29,7 +31,7 @@ void Simulation::prune_timeline() {
 std::vector<std::vector<Segment>> Simulation::timeline() const {
   const int k = static_cast<int>(scratch_.size());
   std::vector<std::vector<Segment>> rows(static_cast<size_t>(k));
-  const double from = t_ - p_.timeline_s;
+  const double from = t_ - plan_.timeline_s;
   auto add = [](std::vector<Segment>& row, double a, double b, WorkerState s) {
     if (b <= a) return;
     if (!row.empty() && row.back().state == s && row.back().t1 >= a - 1e-12) {

@@ -38,6 +38,11 @@ bool parse(const char* text, Params& p, std::vector<std::string>& errors) {
   }
   p = params_from_json(j, Params{}, errors);
   for (const auto& e : validate(p)) errors.push_back(e);
+  // The tab's WebAssembly memory ends at 2 GiB; the budget's outputs must fit in it beside the rest.
+  constexpr double kPageBudgetMb = 1024;
+  if (p.memory_budget_mb > kPageBudgetMb) {
+    errors.push_back("memory_budget_mb is " + param_text(p, "memory_budget_mb") + ": the page holds at most 1024 MiB (its WebAssembly memory ends at 2 GiB)");
+  }
   return errors.empty();
 }
 
