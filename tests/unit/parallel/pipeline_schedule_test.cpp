@@ -26,7 +26,7 @@ std::string label(const Schedule& s) {
 //  GPipe, 1F1B, interleaved (chunks of 1/v of the layers; costs per chunk): 3(vm + p - 1), so the
 //  bubble is (p-1)/(vm+p-1) of the step — Megatron-LM's (p-1)/(vm) of the ideal step 3vm.
 //  ZB-H1, m >= p: 3m + p - 1 (the paper's bubble (p-1)(T_F + T_B - T_W) = p-1 units, a third of
-//  1F1B's 3(p-1)). m < p: 2(m + p) - 1 (the pipe never fills; measured, see docs/pipeline.md).
+//  1F1B's 3(p-1)). m < p: 2(m + p) - 1 (the pipe never fills; measured, see docs/parallel/pipeline.md).
 double expected_makespan(const Schedule& s) {
   const int p = s.ranks, v = s.stages_per_rank, m = s.microbatches;
   if (s.kind == ScheduleKind::zb_h1) return m >= p ? 3 * m + p - 1 : 2 * (m + p) - 1;
