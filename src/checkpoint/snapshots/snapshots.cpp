@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "runtime/log.h"
+
 namespace cohort::ckpt {
 
 std::string snapshot_dir_for(const std::string& configured, const std::string& checkpoint_dir, std::string* why_none) {
@@ -27,7 +29,16 @@ std::string snapshot_dir_for(const std::string& configured, const std::string& c
   char name[32];
   std::snprintf(name, sizeof(name), "ckpt-%016llx", static_cast<unsigned long long>(XXH3_64bits(key.data(), key.size())));
   while (base.size() > 1 && base.back() == '/') base.pop_back();
-  return base + "/" + name;
+  const std::string dir = base + "/" + name;
+  // The base may be a link (the user's choice); the directory cohort names in it may not: in a
+  // shared base (/dev/shm) one planted there would take this job's snapshots, and their removal,
+  // wherever it points.
+  if (const std::string why = real_directory_problem(dir); !why.empty() && why != "missing") {
+    *why_none = "the snapshot directory " + dir + " is " + why;
+    detail::log_warn("no in-memory snapshots: " + *why_none);  // by every rank that finds it (rank 0 may not)
+    return "";
+  }
+  return dir;
 }
 
 std::vector<ListedCheckpoint> merge_listings(std::vector<ListedCheckpoint> disk, std::vector<ListedCheckpoint> snapshots) {

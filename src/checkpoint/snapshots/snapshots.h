@@ -20,7 +20,8 @@ namespace cohort::ckpt {
 
 /// The directory for the snapshots of the checkpoints in `checkpoint_dir`: under `configured`, or
 /// else COHORT_SNAPSHOT_DIR, a sub-directory named after `checkpoint_dir` (two Checkpointers of one
-/// job keep apart). Empty, with the reason in `why_none`, when there is neither.
+/// job keep apart). Empty, with the reason in `why_none`, when there is neither, or when that
+/// sub-directory exists as a symbolic link or a file.
 std::string snapshot_dir_for(const std::string& configured, const std::string& checkpoint_dir, std::string* why_none);
 
 /// Both listings as one, newest step first; at the same step the disk checkpoint comes first (it is

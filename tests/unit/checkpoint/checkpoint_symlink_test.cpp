@@ -247,3 +247,22 @@ TEST(CheckpointSymlinks, SnapshotsNeitherWriteNorRemoveNorRestoreThroughLinks) {
   EXPECT_TRUE(fs::is_symlink(job_dir + "/step-00000009"));
   EXPECT_TRUE(fs::is_symlink(job_dir + "/step-00000001"));
 }
+
+// The job's directory in the snapshot base (a shared /dev/shm, say) is cohort's to name, not to
+// find: one that is a link there already means no snapshots, with the reason, and nothing written.
+TEST(CheckpointSymlinks, ASnapshotDirectoryThatIsALinkMeansNoSnapshots) {
+  const std::string disk = checkpoint_test::fresh_dir("link_snapdir_disk");
+  const std::string memory = checkpoint_test::fresh_dir("link_snapdir_memory");
+  const fs::path outside = sl::outside_with_sentinels("link_snapdir_outside");
+  const auto sentinels = sl::mark_sentinels(outside);
+  std::string why_none;
+  const std::string job_dir = ckpt::snapshot_dir_for(memory, disk, &why_none);
+  ASSERT_FALSE(job_dir.empty()) << why_none;
+  fs::create_directories(memory);
+  fs::create_directory_symlink(outside, job_dir);
+  EXPECT_EQ(ckpt::snapshot_dir_for(memory, disk, &why_none), "");
+  EXPECT_NE(why_none.find(job_dir + " is a symbolic link to " + outside.string()), std::string::npos) << why_none;
+  EXPECT_EQ(sl::train(disk, 3, {.snapshot_every_steps = 1, .snapshot_dir = memory}, 2), "");
+  sl::expect_untouched(outside, sentinels);
+  EXPECT_TRUE(fs::is_symlink(job_dir));
+}
