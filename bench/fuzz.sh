@@ -25,7 +25,7 @@ cmake --build build-fuzz >"$build_log" 2>&1 || { cat "$build_log" >&2; rm -f "$b
 rm -f "$build_log"
 [ "$seconds" -gt 0 ] || { echo "fuzz: harnesses built in build-fuzz"; exit 0; }
 
-harnesses=(manifest safetensors_header sampler_state agent_message channel_frames worker_datagram event_log file_blob)
+harnesses=(manifest safetensors_header sampler_state agent_message channel_frames worker_datagram event_log file_blob data_manifest)
 # FUZZ_HARNESSES="a b" runs only those (e.g. the new ones, for their first long run).
 [ -n "${FUZZ_HARNESSES:-}" ] && read -r -a harnesses <<<"$FUZZ_HARNESSES"
 mkdir -p build-fuzz/crashes build-fuzz/logs

@@ -17,11 +17,12 @@ uint64_t load_le64(const uint8_t* p) {
   return v;
 }
 
-// Offsets start at 0, never decrease and end at the shard's token count.
-void check_index(const MappedFile& index, uint64_t documents, uint64_t tokens, const std::string& label) {
+}  // namespace
+
+void check_document_index(const uint8_t* offsets, uint64_t documents, uint64_t tokens, const std::string& label) {
   uint64_t prev = 0;
   for (uint64_t d = 0; d <= documents; ++d) {
-    const uint64_t off = load_le64(index.data() + d * 8);
+    const uint64_t off = load_le64(offsets + d * 8);
     if (off > tokens) {
       throw ConfigError(-1, label + ": document " + std::to_string(d) + " starts at token " + std::to_string(off) +
                                 ", past the shard's end (" + std::to_string(tokens) + " tokens)");
@@ -36,10 +37,7 @@ void check_index(const MappedFile& index, uint64_t documents, uint64_t tokens, c
     throw ConfigError(-1, label + ": the last offset is " + std::to_string(prev) + ", not the shard's end (" +
                               std::to_string(tokens) + " tokens)");
   }
-  ::madvise(const_cast<uint8_t*>(index.data()), index.size(), MADV_DONTNEED);  // read again when asked for
 }
-
-}  // namespace
 
 ShardSet::ShardSet(const std::string& dir, uint64_t window, bool verify_checksums)
     : dir_(dir), manifest_(read_manifest(dir)), window_(window) {
@@ -51,7 +49,9 @@ ShardSet::ShardSet(const std::string& dir, uint64_t window, bool verify_checksum
     if (manifest_.tokens()) {
       const std::string label = dir + "/" + s.index.file;
       indexes_.emplace_back(dir + "/" + s.index.file, s.index.bytes, label);
-      check_index(indexes_.back(), s.documents, s.items, label);
+      const MappedFile& index = indexes_.back();
+      check_document_index(index.data(), s.documents, s.items, label);
+      ::madvise(const_cast<uint8_t*>(index.data()), index.size(), MADV_DONTNEED);  // read again when asked for
       n = s.items >= window ? (s.items - 1) / (window - 1) : 0;
     }
     starts_.push_back(starts_.back() + n);

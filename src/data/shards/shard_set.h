@@ -17,6 +17,10 @@
 
 namespace cohort::data {
 
+/// Checks a token shard's index: documents + 1 little-endian uint64 offsets at `offsets` that
+/// start at 0, never decrease and end at `tokens`. Throws cohort::ConfigError "<label>: <problem>".
+void check_document_index(const uint8_t* offsets, uint64_t documents, uint64_t tokens, const std::string& label);
+
 /// A prepared data set, mapped.
 class ShardSet {
  public:
