@@ -201,11 +201,15 @@ int run_published(const SimOptions& o) {
   return 0;
 }
 
-std::vector<sim::RunSummary> read_runs(const std::vector<std::string>& dirs, std::vector<std::string>& errors) {
+// `allow_load`: keep steps that other work on the machine slowed (sim/runlog/run_load.h); the
+// notes about each run go to stderr either way.
+std::vector<sim::RunSummary> read_runs(const std::vector<std::string>& dirs, std::vector<std::string>& errors,
+                                       bool allow_load, bool shared_machine) {
   std::vector<sim::RunSummary> runs;
   for (const auto& d : dirs) {
     try {
-      runs.push_back(sim::summarize_run(d));
+      runs.push_back(sim::summarize_run(d, allow_load, shared_machine));
+      for (const auto& note : runs.back().notes) std::cerr << "cohort sim: " << note << std::endl;
     } catch (const std::exception& e) {
       errors.push_back(e.what());
     }
@@ -215,7 +219,7 @@ std::vector<sim::RunSummary> read_runs(const std::vector<std::string>& dirs, std
 
 int run_calibrate(const SimOptions& o) {
   std::vector<std::string> errors;
-  const auto runs = read_runs(o.run_dirs, errors);
+  const auto runs = read_runs(o.run_dirs, errors, o.allow_load, o.shared_machine);
   if (!errors.empty()) return fail(errors);
   const int cores = o.cores > 0 ? o.cores : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const sim::Calibration c = sim::calibrate(runs, cores, o.shared_machine);
@@ -245,7 +249,8 @@ int run_predict(const SimOptions& o) {
     return fail({e.what()});
   }
   std::vector<std::string> errors;
-  const auto runs = read_runs(o.run_dirs, errors);
+  // A measured run is what it is: its load is noted, not refused.
+  const auto runs = read_runs(o.run_dirs, errors, /*allow_load=*/true, c.shared_machine);
   if (!errors.empty()) return fail(errors);
   json out = json::array();
   bool all_within = true;
@@ -297,6 +302,9 @@ CLI::App* add_sim_command(CLI::App& app, SimOptions& o) {
   g_commands.calibrate->add_option("RUN_DIR", o.run_dirs, "Run directories (each holds events.jsonl)")->required();
   g_commands.calibrate->add_option("-o,--output", o.output, "Write the calibration here (default: stdout)");
   g_commands.calibrate->add_option("--cores", o.cores, "The machine's cores (default: this machine's)")->check(CLI::Range(1, 1 << 20));
+  g_commands.calibrate->add_flag("--allow-load", o.allow_load,
+                                 "Fit runs whose machine other work loaded (refused by default: steps of loaded windows are left out, "
+                                 "a run with too few clean steps is an error)");
   g_commands.calibrate->add_flag("--shared-machine", o.shared_machine,
                                  "The runs' nodes were network namespaces of this one machine, sharing its cores");
   g_commands.calibrate->footer("Then: cohort sim run --params CALIBRATION.json, cohort sim predict --calibration CALIBRATION.json RUN_DIR...");

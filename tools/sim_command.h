@@ -24,6 +24,7 @@ struct SimOptions {
   std::string output;                     // calibrate: where the fit goes (default: stdout)
   int cores = 0;                          // calibrate: the machine's cores (0: this one's)
   bool shared_machine = false;            // calibrate: the runs' nodes shared the machine's cores
+  bool allow_load = false;                // calibrate: fit runs that other work on the machine slowed
   std::string calibration;                // predict: the calibration file
   double tolerance_step = 0.10;           // predict: relative error allowed on the step time
   double tolerance_recovery = 0.20;       // ... on the recovery time

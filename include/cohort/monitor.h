@@ -104,6 +104,10 @@ struct StepRecord {
   /// step and the previous step() call (formatting and sending its message). The overhead
   /// benchmark divides it by step_s.
   double monitor_s = 0;
+  /// CPU seconds the process (all its threads) used since the previous record. Against the
+  /// machine's busy time it shows how much of the machine other work took (`cohort sim calibrate`
+  /// drops steps slowed by such load, docs/sim.md).
+  double cpu_s = 0;
   std::vector<std::pair<std::string, double>> scalars;  ///< the scalars given to step(), in order
 
   /// Seconds in phase `p`; nullopt where it was not measured.

@@ -317,7 +317,7 @@ struct Server::Impl {
       if (options.run_dir.empty()) return plain(res, 404, "404 this dashboard has no run directory to calibrate on");
       try {
         const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-        const sim::Calibration c = sim::calibrate({sim::summarize_run(options.run_dir)}, cores);
+        const sim::Calibration c = sim::calibrate({sim::summarize_run(options.run_dir, /*allow_load=*/true)}, cores);
         res.set_header("Cache-Control", "no-store");
         res.set_content(sim::params_json(c.params).dump(), "application/json; charset=utf-8");
       } catch (const std::exception& e) {

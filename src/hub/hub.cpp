@@ -366,6 +366,14 @@ void Hub::tick(double now) {
   s.check_stall(now);
 }
 
+void Hub::machine_sample(double t, int cores, double busy_cores, double steal_cores) {
+  State& s = *state_;
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (s.closed || s.replaying) return;
+  s.log.write(json{{"type", "machine"}, {"t", t}, {"cores", cores}, {"busy_cores", busy_cores}, {"steal_cores", steal_cores}}
+                  .dump());
+}
+
 std::shared_ptr<Subscription> Hub::subscribe() {
   State& s = *state_;
   std::lock_guard<std::mutex> lock(s.mu);

@@ -65,6 +65,10 @@ class Hub {
   void round_started(int round, int world_size, int restart_count);
   /// Stall detection; call about once a second. `now`: wall-clock seconds.
   void tick(double now);
+  /// A sample of the leading agent's machine over the last interval (launcher/watch/machine_load.h):
+  /// logged as {"type": "machine", "t", "cores", "busy_cores", "steal_cores"}, neither streamed nor
+  /// counted. `cohort sim calibrate` sets it against the workers' cpu_s to see other work's load.
+  void machine_sample(double t, int cores, double busy_cores, double steal_cores);
 
   // ---- outputs (any thread) ----
   /// Everything the page needs to draw from scratch: job (name, state, world_size, round,

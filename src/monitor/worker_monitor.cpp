@@ -3,6 +3,7 @@
 #include "worker_monitor.h"
 
 #include <fcntl.h>
+#include <time.h>  // clock_gettime(CLOCK_PROCESS_CPUTIME_ID): the step's CPU time
 #include <unistd.h>
 
 #include <charconv>
@@ -28,6 +29,13 @@
 namespace cohort {
 namespace detail {
 namespace {
+
+// The process's CPU time, all threads (one clock_gettime a step).
+int64_t process_cpu_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
 
 int64_t steady_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -142,6 +150,7 @@ std::string metrics_message(const StepRecord& r, const WorkerIdentity& who) {
   if (r.busbw) key("busbw"), append_json_number(out, *r.busbw);
   if (r.compression) key("compression"), append_json_number(out, *r.compression);
   key("monitor_s"), append_json_number(out, r.monitor_s);
+  key("cpu_s"), append_json_number(out, r.cpu_s);
   key("scalars");
   out += '{';
   for (size_t i = 0; i < r.scalars.size(); ++i) {
@@ -156,7 +165,7 @@ std::string metrics_message(const StepRecord& r, const WorkerIdentity& who) {
 
 // --- StepMonitor ---------------------------------------------------------------------------------
 
-StepMonitor::StepMonitor(const MonitorOptions& options) : created_ns_(steady_ns()) {
+StepMonitor::StepMonitor(const MonitorOptions& options) : created_ns_(steady_ns()), last_cpu_ns_(process_cpu_ns()) {
   identity_.pid = ::getpid();
   configure(options);
 }
@@ -280,6 +289,8 @@ void StepMonitor::step(std::optional<int64_t> number, std::vector<std::pair<std:
     ~Overhead() { total.fetch_add(steady_ns() - begin, std::memory_order_relaxed); }
   } overhead{overhead_ns_, now};
   r.monitor_s = static_cast<double>(overhead_ns_.exchange(0, relaxed)) / 1e9;
+  const int64_t cpu = process_cpu_ns();
+  r.cpu_s = static_cast<double>(cpu - last_cpu_ns_.exchange(cpu, relaxed)) / 1e9;
   const int64_t last = last_ns_.load(relaxed);
   const int current = current_.load(relaxed);
   int64_t start = step_start_ns_.load(relaxed);

@@ -98,6 +98,7 @@ class StepMonitor {
   std::atomic<int64_t> acc_ns_[kPhaseCount] = {};
   std::atomic<int64_t> samples_{0};
   int64_t created_ns_ = 0;
+  std::atomic<int64_t> last_cpu_ns_{0};  // the process's CPU time at the previous record
 
   std::atomic<bool> enabled_{true};
   std::atomic<bool> grad_norm_{true};

@@ -10,6 +10,7 @@
 
 #include "engine/engine.h"
 #include "report.h"
+#include "runlog/run_load.h"
 
 namespace cohort::sim {
 
@@ -42,9 +43,60 @@ double contention(int cores, const RunSummary& r, bool shared) {
                            node_cores(cores, r.nodes, shared));
 }
 
+// The interval a step's records cover: from the earliest start to the latest end over its ranks.
+template <class Rec>
+std::pair<double, double> step_span(const std::vector<Rec>& recs) {
+  double t0 = INFINITY, t1 = -INFINITY;
+  for (const auto& x : recs) {
+    if (!std::isfinite(x.t)) continue;
+    t0 = std::min(t0, x.t - x.step_s);
+    t1 = std::max(t1, x.t);
+  }
+  return {t0, t1};
+}
+
+std::string cores_text(double cores) {
+  const std::string s = std::to_string(std::round(cores * 100) / 100);
+  return s.substr(0, s.find('.') + 3);
+}
+
+// Drops the measured steps that overlap a loaded window (run_load.h); with too few left, refuses
+// the run, or with allow_load keeps them all. Notes what it did.
+template <class Rec>
+void leave_out_loaded_steps(RunSummary& r, const RunLoad& load, std::vector<const std::vector<Rec>*>& steps,
+                            bool allow_load) {
+  r.load_measured = load.measured;
+  if (!load.measured || steps.empty()) return;
+  const double t0 = step_span(*steps.front()).first, t1 = step_span(*steps.back()).second;
+  r.foreign_cores = load.mean_foreign(t0, t1);
+  r.steal_cores = load.mean_steal(t0, t1);
+  std::vector<const std::vector<Rec>*> clean;
+  for (const auto* recs : steps) {
+    const auto [a, b] = step_span(*recs);
+    if (!load.loaded(a, b)) clean.push_back(recs);
+  }
+  const size_t dropped = steps.size() - clean.size();
+  if (dropped == 0) return;
+  const std::string what = std::to_string(dropped) + " of its " + std::to_string(steps.size()) +
+                           " measured steps ran while other work loaded the machine (" + cores_text(r.foreign_cores) +
+                           " of " + std::to_string(load.cores) + " cores not the job's, " + cores_text(r.steal_cores) +
+                           " stolen, on average)";
+  if (clean.size() >= 10) {
+    r.loaded_steps = static_cast<long long>(dropped);
+    r.notes.push_back(r.dir + ": " + what + "; fitted on the other " + std::to_string(clean.size()));
+    steps = std::move(clean);
+  } else if (allow_load) {
+    r.notes.push_back(r.dir + ": " + what + "; kept (--allow-load): the fit describes a busier machine");
+  } else {
+    throw std::runtime_error(r.dir + ": " + what +
+                             "; a calibration on it would predict a slower machine than this one. Run it again on a "
+                             "quiet machine, or pass --allow-load to fit it as it is");
+  }
+}
+
 }  // namespace
 
-RunSummary summarize_run(const std::string& dir) {
+RunSummary summarize_run(const std::string& dir, bool allow_load, bool shared_machine) {
   const std::string path = dir + "/events.jsonl";
   std::ifstream in(path);
   if (!in) throw std::runtime_error(dir + ": no event log " + path + " (give the run directory cohort run printed)");
@@ -52,8 +104,9 @@ RunSummary summarize_run(const std::string& dir) {
   r.dir = dir;
   struct Rec {
     int rank;
-    double step_s, data, fwd, bwd, wait, opt, comm_s, comm_bytes;
+    double step_s, data, fwd, bwd, wait, opt, comm_s, comm_bytes, t;
   };
+  RunLoadReader load_reader(shared_machine);
   std::map<long long, std::vector<Rec>> by_step;  // the last round's steps
   std::set<int> nodes;
   double failure_t = NAN;
@@ -71,6 +124,7 @@ RunSummary summarize_run(const std::string& dir) {
       ++r.torn_lines;  // a killed agent's last line
       continue;
     }
+    load_reader.add(j);
     const std::string type = j.value("type", "");
     if (type == "event") {
       const std::string kind = j.contains("kind") && j["kind"].is_string() ? j["kind"].get<std::string>() : "";
@@ -80,6 +134,7 @@ RunSummary summarize_run(const std::string& dir) {
       }
       if (kind == "start" && j.contains("threads") && j["threads"].is_number_integer()) r.threads = j["threads"].get<int>();
       if (kind == "round_started") by_step.clear();  // a restarted round: its steps are the run's
+      if (kind == "ddp_buckets" && num(j, "first_bytes") > 0) r.first_bucket_bytes = num(j, "first_bytes");
       if (kind == "checkpoint_saved") {
         const double b = num(j, "bytes"), s = num(j, "seconds");
         if (b > 0 && s > 0) {
@@ -106,7 +161,7 @@ RunSummary summarize_run(const std::string& dir) {
     any_phases = true;
     const json& ph = j["phases"];
     Rec rec{j["rank"].get<int>(), num(j, "step_s"), num(ph, "data"), num(ph, "forward"), num(ph, "backward"),
-            num(ph, "comm_wait"), num(ph, "optimizer"), num(j, "comm_s"), num(j, "comm_bytes")};
+            num(ph, "comm_wait"), num(ph, "optimizer"), num(j, "comm_s"), num(j, "comm_bytes"), num(j, "t")};
     for (double* v : {&rec.data, &rec.wait, &rec.comm_s, &rec.comm_bytes}) {
       if (std::isnan(*v)) *v = 0;
     }
@@ -134,6 +189,7 @@ RunSummary summarize_run(const std::string& dir) {
   }
   r.steps = static_cast<long long>(steps.size());
   steps.erase(steps.begin(), steps.begin() + static_cast<long>(steps.size() / 5));
+  leave_out_loaded_steps(r, load_reader.finish(), steps, allow_load);
   std::vector<double> step_s, compute, data, fwd, bwd, opt, wait, comm_s, comm_bytes, dev;
   for (const auto* recs : steps) {
     double sum = 0;
@@ -154,6 +210,15 @@ RunSummary summarize_run(const std::string& dir) {
     }
   }
   r.step_s = median(step_s);
+  if (r.step_s > 0) {
+    std::vector<double> abs_dev;
+    for (double x : step_s) abs_dev.push_back(std::fabs(x - r.step_s));
+    r.step_cv = 1.4826 * median(abs_dev) / r.step_s;
+    if (r.step_cv > 0.25) {
+      r.notes.push_back(dir + ": its step times vary by " + std::to_string(static_cast<int>(r.step_cv * 100)) +
+                        " % (robust): a noisy run, its fit is uncertain");
+    }
+  }
   r.compute_s = median(compute);
   r.data_s = median(data);
   r.forward_s = median(fwd);
@@ -186,6 +251,12 @@ struct Obs {
 struct Link {
   double alpha, bw;
 };
+// The first bucket's bytes: what the run's DDP logged (it closes once past its cap, so it can be
+// larger), else the cap.
+double first_bucket_bytes(const RunSummary& r, const Params& p) {
+  return r.first_bucket_bytes > 0 ? r.first_bucket_bytes : std::min(p.first_bucket_mb, p.bucket_mb) * 1048576.0;
+}
+
 Link fit_link(const std::vector<Obs>& obs, double default_alpha) {
   double a11 = 0, a12 = 0, a22 = 0, b1 = 0, b2 = 0;
   for (const auto& o : obs) {
@@ -277,7 +348,7 @@ Calibration calibrate(const std::vector<RunSummary>& runs, int cores, bool share
   for (const auto& r : runs) {
     if (r.world < 2 || r.comm_bytes <= 0 || r.comm_s <= 0) continue;
     grad_bytes = std::max(grad_bytes, r.comm_bytes);
-    const double first = std::min(p.first_bucket_mb, p.bucket_mb) * 1048576.0;
+    const double first = first_bucket_bytes(r, p);
     const double buckets = 1 + std::ceil(std::max(0.0, r.comm_bytes - first) / (p.bucket_mb * 1048576.0));
     const double w = r.world;
     const Obs o{buckets * 2 * (w - 1), 2 * (w - 1) / w * r.comm_bytes,
@@ -299,7 +370,7 @@ Calibration calibrate(const std::vector<RunSummary>& runs, int cores, bool share
   std::vector<double> exponents;
   for (const auto& r : runs) {
     if (r.world < 2 || r.comm_bytes <= 0 || r.backward_s <= 0 || r.comm_s < 0.5 * r.backward_s) continue;
-    const double x = std::min(p.first_bucket_mb, p.bucket_mb) * 1048576.0 / r.comm_bytes;
+    const double x = first_bucket_bytes(r, p) / r.comm_bytes;
     const double f = (r.backward_s + r.comm_wait_s - r.comm_s) / r.backward_s;
     if (x <= 0 || x >= 1) continue;
     exponents.push_back(std::clamp(std::log(std::clamp(f, 0.01, 1.0)) / std::log(x), 0.05, 20.0));
@@ -344,7 +415,10 @@ json calibration_json(const Calibration& c) {
     runs.push_back({{"dir", r.dir}, {"world", r.world}, {"nodes", r.nodes}, {"threads", r.threads}, {"steps", r.steps}, {"step_s", r.step_s},
                     {"compute_s", r.compute_s}, {"comm_wait_s", r.comm_wait_s}, {"comm_s", r.comm_s},
                     {"comm_bytes", r.comm_bytes}, {"spread", r.spread}, {"recovery_s", r.recovery_s}, {"recoveries", r.recoveries},
-                    {"checkpoint_s", r.checkpoint_s}, {"torn_lines", r.torn_lines}});
+                    {"checkpoint_s", r.checkpoint_s}, {"torn_lines", r.torn_lines},
+                    {"first_bucket_bytes", r.first_bucket_bytes}, {"step_cv", r.step_cv},
+                    {"load", {{"measured", r.load_measured}, {"foreign_cores", r.foreign_cores},
+                              {"steal_cores", r.steal_cores}, {"loaded_steps", r.loaded_steps}}}});
   }
   return {{"cohort_sim_calibration", kCalibrationVersion},
           {"fit", {{"serial_s", c.serial_s}, {"parallel_s", c.parallel_s}, {"cores", c.cores}, {"shared_machine", c.shared_machine}}},

@@ -40,11 +40,22 @@ struct RunSummary {
   double recovery_s = 0;      // failure to the next round's first step, the median (0: none)
   std::vector<double> recoveries;
   int torn_lines = 0;
+  double first_bucket_bytes = 0;  // DDP's first gradient bucket, from its ddp_buckets event (0: not logged)
+  // Load the simulator does not model (runlog/run_load.h), over the measured steps:
+  bool load_measured = false;     // the log has machine samples and the workers' cpu_s
+  double foreign_cores = 0;       // the machine's busy cores that were not the job's, mean
+  double steal_cores = 0;
+  long long loaded_steps = 0;     // measured steps dropped because other work loaded the machine
+  double step_cv = 0;             // robust coefficient of variation of rank 0's step times
+  std::vector<std::string> notes; // what the reader noticed, a line each (printed by the CLI)
 };
 
 /// Reads RUN_DIR/events.jsonl; throws std::runtime_error naming the run and what is wrong (no log,
-/// empty, no step metrics, no phase times).
-RunSummary summarize_run(const std::string& dir);
+/// empty, no step metrics, no phase times). Steps during which other work loaded the machine are
+/// left out (a note says how many); a run with fewer than 10 clean steps is refused unless
+/// `allow_load`, which keeps every step and says so in a note. `shared_machine`: the run's nodes
+/// were namespaces of this one machine (all their ranks' CPU is the job's).
+RunSummary summarize_run(const std::string& dir, bool allow_load = false, bool shared_machine = false);
 
 struct Calibration {
   Params params;             // for the first run's shape

@@ -158,7 +158,13 @@ void JobMonitor::worker_message(const nlohmann::json& message) {
 }
 
 void JobMonitor::tick() {
-  if (hub_) hub_->tick(wall_now());
+  if (!hub_) return;
+  const double now = wall_now();
+  hub_->tick(now);
+  if (now >= next_machine_sample_) {
+    next_machine_sample_ = now + 1;
+    if (const auto load = machine_.sample()) hub_->machine_sample(now, load->cores, load->busy_cores, load->steal_cores);
+  }
 }
 
 void JobMonitor::round_started(const Assignment& a) {

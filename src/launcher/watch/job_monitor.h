@@ -17,6 +17,7 @@
 #include "launcher/coordinator.h"
 #include "launcher/config/options.h"
 #include "launcher/round.h"
+#include "launcher/watch/machine_load.h"
 
 namespace cohort::hub {
 class Hub;
@@ -40,7 +41,8 @@ class JobMonitor {
 
   /// A worker's "metrics" or "event" message from this node's worker link.
   void worker_message(const nlohmann::json& message);
-  /// About twice a second from the supervision loop: the stall rule.
+  /// About twice a second from the supervision loop: the stall rule, and every second a sample of
+  /// the machine's load for the log (machine_load.h).
   void tick();
   /// A round's workers are about to start (the node rank of an elastic job may change with it).
   void round_started(const Assignment& assignment);
@@ -63,6 +65,8 @@ class JobMonitor {
   struct Server;
   std::unique_ptr<Server> server_;  // destroyed before the hub it reads
   bool finished_ = false;
+  MachineLoadSampler machine_;  // the leading agent's: a "machine" log line a second
+  double next_machine_sample_ = 0;
 };
 
 /// The run directory: --run-dir, else --log-dir, else cohort-runs/<YYYYmmdd-HHMMSS>-<pid> in the

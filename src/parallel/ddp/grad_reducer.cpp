@@ -45,6 +45,7 @@ GradReducer::GradReducer(std::vector<Param> params, c10::intrusive_ptr<Backend> 
   slots_.resize(params_.size());
   if (!options_.reference_mode) build_buckets();
   stats_.num_buckets = static_cast<int64_t>(buckets_.size());
+  if (monitor_ && rank_ == 0 && !buckets_.empty()) report_buckets();
   if (options_.comm_hook || comm) {
     if (options_.reference_mode) throw ConfigError(rank_, "DDP: a comm_hook and reference_mode cannot be combined");
     stats_.hierarchical = comm != nullptr;
@@ -101,6 +102,24 @@ void GradReducer::build_buckets() {
     if (bytes >= cap(buckets_.empty())) close();
   }
   close();
+}
+
+// The plan's real bucket sizes, once, from rank 0 (the same on every rank): `cohort sim calibrate`
+// reads the first one's bytes instead of assuming the cap (a first bucket closes past its cap).
+void GradReducer::report_buckets() {
+  int64_t first = 0, total = 0;
+  for (const auto& b : buckets_) {
+    const int64_t n = b.numel * static_cast<int64_t>(params_[b.params.front()].tensor.element_size());
+    if (total == 0) first = n;
+    total += n;
+  }
+  const auto mib = [](int64_t n) { return std::to_string(static_cast<double>(n) / 1048576.0).substr(0, 5); };
+  const size_t count = buckets_.size();
+  monitor_->send_event("ddp_buckets", 0,
+                       "DDP: " + std::to_string(count) + " gradient bucket" + (count == 1 ? "" : "s") + ", " + mib(total) +
+                           " MiB, the first " + mib(first) + " MiB",
+                       "{\"buckets\":" + std::to_string(count) + ",\"first_bytes\":" + std::to_string(first) +
+                           ",\"total_bytes\":" + std::to_string(total) + "}");
 }
 
 void GradReducer::attach_hooks() {

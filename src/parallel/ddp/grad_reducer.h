@@ -89,6 +89,7 @@ class GradReducer : public std::enable_shared_from_this<GradReducer> {
               int world_size, const DDPOptions& options, StepMonitor* monitor, std::unique_ptr<ReducerComm> comm);
   void check_grad_norm(const std::vector<torch::Tensor>& averaged);
   void build_buckets();
+  void report_buckets();
   void attach_hooks();
   void on_grad_ready(size_t index);
   void begin_iteration();
