@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cohort/data_file.h"
 #include "sim/calibrate.h"
 #include "sim/engine/engine.h"
 #include "sim/optimum.h"
@@ -52,6 +53,11 @@ void add_inputs(CLI::App* cmd, SimOptions& o) {
   cmd->add_option("--set", o.sets, "One parameter, KEY=VALUE (cohort sim params lists them); repeatable");
 }
 
+// What a --params or --calibration file may hold: JSON of a few KiB (a report with its series and
+// timeline: some MiB). A FIFO would block the command and /dev/zero fill the memory; both are
+// refused by read_data_file, as is a file over this.
+const DataFileLimit kJsonFileLimit{64ull << 20, "a parameter or calibration file may have"};
+
 /// The parameters the options give, or the errors (each one line).
 bool resolve(const SimOptions& o, sim::Params& out, std::vector<std::string>& errors) {
   sim::Params p;
@@ -64,14 +70,12 @@ bool resolve(const SimOptions& o, sim::Params& out, std::vector<std::string>& er
     p = preset->params;
   }
   for (const auto& file : o.param_files) {
-    std::ifstream in(file);
-    if (!in) {
-      errors.push_back("cannot read the parameter file " + file);
+    std::string text, why;
+    if (!read_data_file(file, kJsonFileLimit, text, why)) {
+      errors.push_back("--params " + file + ": " + why);
       continue;
     }
-    std::stringstream text;
-    text << in.rdbuf();
-    json j = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+    json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded()) {
       errors.push_back(file + " is not JSON");
       continue;
@@ -236,11 +240,9 @@ int run_calibrate(const SimOptions& o) {
 }
 
 int run_predict(const SimOptions& o) {
-  std::ifstream in(o.calibration);
-  if (!in) return fail({"cannot read the calibration " + o.calibration});
-  std::stringstream text;
-  text << in.rdbuf();
-  const json j = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  std::string text, why;
+  if (!read_data_file(o.calibration, kJsonFileLimit, text, why)) return fail({"--calibration " + o.calibration + ": " + why});
+  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return fail({o.calibration + " is not JSON"});
   sim::Calibration c;
   try {

@@ -91,7 +91,7 @@ TEST(SimCli, BadInputIsOneClearLinePerProblem) {
       {"run --set inter_bw=-1", "cohort sim: error: --set inter_bw = '-1': out of range"},
       {"run --set bogus=1", "unknown parameter 'bogus'"},
       {"run --preset nope", "no preset 'nope' (there are: this-machine, 64-gpus, llama3-4096)"},
-      {"run --params /nonexistent.json", "cannot read the parameter file /nonexistent.json"},
+      {"run --params /nonexistent.json", "cohort sim: error: --params /nonexistent.json: No such file or directory"},
       {"run --at 10:nodes", "--at 10:nodes: give SECONDS:KEY=VALUE"},
       {"optimum", "needs failures: set node_mtbf_h"},
   };
@@ -104,6 +104,24 @@ TEST(SimCli, BadInputIsOneClearLinePerProblem) {
   // Two bad values: both named.
   const auto r = run_shell(kCli + " sim run --set nodes=0 --set detect_s=-3");
   EXPECT_TRUE(contains(r.output, "nodes = '0'") && contains(r.output, "detect_s = '-3'")) << r.output;
+}
+
+// A FIFO hung the command in open(); /dev/zero grew until std::bad_alloc. Each is one line now,
+// and the command ends by itself (`timeout` kills it otherwise: exit 137, and the test fails).
+TEST(SimCli, AParameterFileThatIsNoRegularFileIsOneLine) {
+  const std::string dir = ::testing::TempDir() + "/cohort_sim_fifo_" + std::to_string(::getpid());
+  ASSERT_EQ(run_shell("mkdir -p " + dir + " && mkfifo " + dir + "/params.json").exit_code, 0);
+  const std::pair<std::string, std::string> cases[] = {
+      {"run --params " + dir + "/params.json", "--params " + dir + "/params.json: not a regular file (a FIFO)"},
+      {"run --params /dev/zero", "--params /dev/zero: not a regular file (a character device)"},
+      {"predict --calibration /dev/zero " + dir, "--calibration /dev/zero: not a regular file (a character device)"},
+  };
+  for (const auto& [args, expected] : cases) {
+    const auto r = run_shell("timeout -s KILL 20 " + kCli + " sim " + args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
+    EXPECT_EQ(r.output, "cohort sim: error: " + expected + "\n") << args;
+  }
+  run_shell("rm -rf " + dir);
 }
 
 TEST(SimCli, ParamsListsEveryParameterWithItsUnit) {
