@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cohort/checkpointer.h"
 
@@ -40,6 +41,13 @@ struct ShardedDatasetOptions {
   bool verify_checksums = false;  ///< hash every shard at open (slow on large data: `cohort data verify`)
 };
 
+/// One prepared data set of a blend, and its weight: a blend of {"prose", 7} and {"code", 3} draws
+/// 70 % of its samples from prose, exact to one sample over any stretch of positions.
+struct BlendSource {
+  std::string dir;      ///< a directory `cohort data prepare` wrote
+  uint64_t weight = 1;  ///< its share, relative to the others' (positive; all together at most 2^32)
+};
+
 /// What a checkpoint keeps of a ShardedDataset (its JSON is under 1 KB).
 struct ShardedDatasetState {
   int64_t epoch = 0;         ///< the epoch the job is in
@@ -52,7 +60,7 @@ struct ShardedDatasetState {
   uint64_t block = 0;        ///< the order's block
   uint64_t window_blocks = 0;  ///< the order's window, in blocks
   bool shuffle = true;       ///< whether the order is shuffled
-  std::string data;          ///< the data's fingerprint (16 hex digits): shards' sizes and checksums
+  std::string data;          ///< the data's fingerprint (16 hex digits): shards' sizes and checksums (and a blend's weights)
   std::string tokenizer;     ///< the tokenizer's hash (16 hex digits), empty for records
   /// The state as a JSON object.
   std::string to_json() const;
@@ -73,6 +81,12 @@ class ShardedDataset : public torch::data::datasets::StatefulDataset<ShardedData
   ShardedDataset(const std::string& dir, const std::shared_ptr<Context>& ctx, ShardedDatasetOptions options);
   /// Without a Context, for tests and tools: explicit rank and world size.
   ShardedDataset(const std::string& dir, int rank, int world_size, ShardedDatasetOptions options);
+  /// A blend of several prepared data sets, all tokens with one tokenizer or all records of one
+  /// size (ConfigError naming both otherwise). An epoch has as many samples as they have together;
+  /// each data set goes through its own order at its own pace. The state covers the blend.
+  ShardedDataset(const std::vector<BlendSource>& sources, const std::shared_ptr<Context>& ctx, ShardedDatasetOptions options);
+  /// A blend, without a Context: explicit rank and world size.
+  ShardedDataset(const std::vector<BlendSource>& sources, int rank, int world_size, ShardedDatasetOptions options);
 
   /// This rank's next batch; `batch_size` must be local_batch(). nullopt at the end of the epoch.
   torch::optional<torch::data::Example<>> get_batch(size_t batch_size) override;
@@ -100,12 +114,14 @@ class ShardedDataset : public torch::data::datasets::StatefulDataset<ShardedData
   int64_t local_batch() const;
   /// Global batches per epoch: samples / global_batch (the remainder is left out of the epoch).
   int64_t steps_per_epoch() const;
-  /// Samples in the data set (token windows or records).
+  /// Samples in an epoch: the data set's (token windows or records), or the blend's together.
   uint64_t samples() const;
   /// The current epoch.
   int64_t epoch() const;
-  /// The sample (index in the data set) at position `position` of epoch `epoch`: the order itself.
+  /// The sample (index in its data set) at position `position` of epoch `epoch`: the order itself.
   uint64_t sample_at(int64_t epoch, uint64_t position) const;
+  /// The data set (index into the blend's sources; 0 without a blend) that position draws from.
+  size_t source_at(int64_t epoch, uint64_t position) const;
 
  private:
   struct Impl;

@@ -11,8 +11,7 @@
 
 #include "cohort/context.h"
 #include "cohort/error.h"
-#include "data/shards/global_order.h"
-#include "data/shards/shard_set.h"
+#include "data/shards/sample_sources.h"
 #include "runtime/json_fields.h"
 
 namespace cohort {
@@ -21,13 +20,11 @@ struct ShardedDataset::Impl {
   int rank = 0;
   int world = 1;
   ShardedDatasetOptions options;
-  std::unique_ptr<data::ShardSet> set;
-  std::unique_ptr<data::GlobalOrder> order;
-  std::string data_hex, tokenizer_hex;
+  std::unique_ptr<data::SampleSources> sources;
   mutable std::mutex mutex;
   int64_t epoch = 0;
   int64_t position = 0;  // positions of the epoch's order the whole job consumed
-  int64_t steps() const { return static_cast<int64_t>(order->size()) / options.global_batch; }
+  int64_t steps() const { return static_cast<int64_t>(sources->epoch_samples()) / options.global_batch; }
 };
 
 namespace {
@@ -44,6 +41,16 @@ ShardedDataset::ShardedDataset(const std::string& dir, const std::shared_ptr<Con
 }
 
 ShardedDataset::ShardedDataset(const std::string& dir, int rank, int world_size, ShardedDatasetOptions options)
+    : ShardedDataset(std::vector<BlendSource>{{dir, 1}}, rank, world_size, options) {}
+
+ShardedDataset::ShardedDataset(const std::vector<BlendSource>& sources, const std::shared_ptr<Context>& ctx,
+                               ShardedDatasetOptions options)
+    : ShardedDataset(sources, ctx ? ctx->rank() : 0, ctx ? ctx->world_size() : 1, options) {
+  if (!ctx) throw ConfigError(-1, "ShardedDataset needs the Context that cohort::init() returns (got a null one)");
+}
+
+ShardedDataset::ShardedDataset(const std::vector<BlendSource>& sources, int rank, int world_size,
+                               ShardedDatasetOptions options)
     : impl_(std::make_shared<Impl>()) {
   Impl& m = *impl_;
   if (world_size < 1 || rank < 0 || rank >= world_size) {
@@ -56,29 +63,27 @@ ShardedDataset::ShardedDataset(const std::string& dir, int rank, int world_size,
     throw ConfigError(rank, "ShardedDataset: the global batch (" + std::to_string(options.global_batch) +
                                 ") must be a positive multiple of the world size (" + std::to_string(world_size) + ")");
   }
+  std::vector<data::SourceSpec> specs;
+  for (const auto& s : sources) specs.push_back({s.dir, s.weight});
   try {
-    const uint64_t window = options.seq_len > 0 ? static_cast<uint64_t>(options.seq_len) + 1 : 0;
-    m.set = std::make_unique<data::ShardSet>(dir, window, options.verify_checksums);
+    const uint64_t window = options.seq_len > 0 ? static_cast<uint64_t>(options.seq_len) + 1 : 2;
+    m.sources = std::make_unique<data::SampleSources>(
+        specs, window, options.seed, data::OrderOptions{options.block, options.window_blocks, options.shuffle},
+        options.verify_checksums);
   } catch (const ConfigError& e) {
     throw ConfigError(rank, without_rank_prefix(e.what()));
-  }
-  const auto& manifest = m.set->manifest();
-  if (manifest.tokens() && options.seq_len <= 0) {
-    throw ConfigError(rank, dir + " holds tokens: set ShardedDatasetOptions::seq_len (tokens per sample, minus one)");
-  }
-  if (m.set->samples() < static_cast<uint64_t>(options.global_batch)) {
-    throw ConfigError(rank, dir + ": " + std::to_string(m.set->samples()) + " samples, fewer than one global batch (" +
-                                std::to_string(options.global_batch) + ")" +
-                                (manifest.tokens() ? " at seq_len " + std::to_string(options.seq_len) : ""));
-  }
-  try {
-    m.order = std::make_unique<data::GlobalOrder>(m.set->samples(), options.seed,
-                                                  data::OrderOptions{options.block, options.window_blocks, options.shuffle});
-  } catch (const std::exception& e) {
+  } catch (const std::exception& e) {  // the order's limits
     throw ConfigError(rank, std::string("ShardedDataset: ") + e.what());
   }
-  m.data_hex = data::hex64(manifest.data_fingerprint());
-  if (manifest.tokens()) m.tokenizer_hex = data::hex64(manifest.tokenizer.xxh3);
+  const std::string& names = m.sources->names();
+  if (m.sources->tokens() && options.seq_len <= 0) {
+    throw ConfigError(rank, names + " holds tokens: set ShardedDatasetOptions::seq_len (tokens per sample, minus one)");
+  }
+  if (m.sources->epoch_samples() < static_cast<uint64_t>(options.global_batch)) {
+    throw ConfigError(rank, names + ": " + std::to_string(m.sources->epoch_samples()) +
+                                " samples, fewer than one global batch (" + std::to_string(options.global_batch) + ")" +
+                                (m.sources->tokens() ? " at seq_len " + std::to_string(options.seq_len) : ""));
+  }
 }
 
 torch::optional<torch::data::Example<>> ShardedDataset::get_batch(size_t batch_size) {
@@ -97,23 +102,23 @@ torch::optional<torch::data::Example<>> ShardedDataset::get_batch(size_t batch_s
     first = m.position;
     m.position += m.options.global_batch;
   }
-  const auto& manifest = m.set->manifest();
-  auto position = [&](int64_t j) { return static_cast<uint64_t>(first + j * m.world + m.rank); };
-  if (manifest.tokens()) {
+  auto at = [&](int64_t j) { return m.sources->at(static_cast<uint64_t>(epoch), static_cast<uint64_t>(first + j * m.world + m.rank)); };
+  if (m.sources->tokens()) {
     const int64_t window = m.options.seq_len + 1;
     torch::Tensor t = torch::empty({local, window}, torch::kInt64);
     int64_t* out = t.data_ptr<int64_t>();
     for (int64_t j = 0; j < local; ++j) {
-      m.set->read_tokens(m.order->sample_at(static_cast<uint64_t>(epoch), position(j)), out + j * window);
+      const data::SampleRef ref = at(j);
+      m.sources->source(ref.source).read_tokens(ref.sample, out + j * window);
     }
     return torch::data::Example<>(t.narrow(1, 0, window - 1).contiguous(), t.narrow(1, 1, window - 1).contiguous());
   }
-  const int64_t bytes = static_cast<int64_t>(manifest.item_bytes);
+  const int64_t bytes = static_cast<int64_t>(m.sources->source(0).manifest().item_bytes);
   torch::Tensor t = torch::empty({local, bytes}, torch::kUInt8);
   uint8_t* out = t.data_ptr<uint8_t>();
   for (int64_t j = 0; j < local; ++j) {
-    std::memcpy(out + j * bytes, m.set->record(m.order->sample_at(static_cast<uint64_t>(epoch), position(j))),
-                static_cast<size_t>(bytes));
+    const data::SampleRef ref = at(j);
+    std::memcpy(out + j * bytes, m.sources->source(ref.source).record(ref.sample), static_cast<size_t>(bytes));
   }
   return torch::data::Example<>(t, torch::Tensor());
 }
@@ -130,7 +135,7 @@ void ShardedDataset::reset() {
 
 int64_t ShardedDataset::local_batch() const { return impl_->options.global_batch / impl_->world; }
 int64_t ShardedDataset::steps_per_epoch() const { return impl_->steps(); }
-uint64_t ShardedDataset::samples() const { return impl_->order->size(); }
+uint64_t ShardedDataset::samples() const { return impl_->sources->epoch_samples(); }
 
 int64_t ShardedDataset::epoch() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
@@ -138,7 +143,11 @@ int64_t ShardedDataset::epoch() const {
 }
 
 uint64_t ShardedDataset::sample_at(int64_t epoch, uint64_t position) const {
-  return impl_->order->sample_at(static_cast<uint64_t>(epoch), position);
+  return impl_->sources->at(static_cast<uint64_t>(epoch), position).sample;
+}
+
+size_t ShardedDataset::source_at(int64_t epoch, uint64_t position) const {
+  return impl_->sources->at(static_cast<uint64_t>(epoch), position).source;
 }
 
 ShardedDatasetState ShardedDataset::state() const {
@@ -152,13 +161,13 @@ ShardedDatasetState ShardedDataset::state() const {
   s.seed = m.options.seed;
   s.global_batch = m.options.global_batch;
   s.world_size = m.world;
-  s.seq_len = m.set->manifest().tokens() ? m.options.seq_len : 0;
-  s.samples = m.order->size();
+  s.seq_len = m.sources->tokens() ? m.options.seq_len : 0;
+  s.samples = m.sources->epoch_samples();
   s.block = m.options.block;
   s.window_blocks = m.options.window_blocks;
   s.shuffle = m.options.shuffle;
-  s.data = m.data_hex;
-  s.tokenizer = m.tokenizer_hex;
+  s.data = m.sources->fingerprint();
+  s.tokenizer = m.sources->tokenizer();
   return s;
 }
 
@@ -167,10 +176,13 @@ void ShardedDataset::load_state(const ShardedDatasetState& s) {
   const ShardedDatasetState here = state();
   auto differs = [&](const std::string& what, const std::string& mine, const std::string& saved) {
     throw ConfigError(m.rank, "ShardedDataset: " + what + " differs from the checkpoint's: " + mine + " here, " + saved +
-                                  " in the checkpoint (" + m.set->dir() + "); resume on the data the job started with");
+                                  " in the checkpoint (" + m.sources->names() + "); resume on the data the job started with");
   };
   if (s.tokenizer != here.tokenizer) differs("the tokenizer", "hash " + here.tokenizer, "hash " + s.tokenizer);
-  if (s.data != here.data) differs("the data set", "fingerprint " + here.data, "fingerprint " + s.data);
+  if (s.data != here.data) {
+    differs(m.sources->sources() > 1 ? "the blend (its data sets or weights)" : "the data set", "fingerprint " + here.data,
+            "fingerprint " + s.data);
+  }
   if (s.seq_len != here.seq_len) differs("the sequence length", std::to_string(here.seq_len), std::to_string(s.seq_len));
   if (s.samples != here.samples) differs("the sample count", std::to_string(here.samples), std::to_string(s.samples));
   if (s.seed != here.seed || s.block != here.block || s.window_blocks != here.window_blocks || s.shuffle != here.shuffle) {

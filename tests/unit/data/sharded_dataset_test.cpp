@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <vector>
@@ -56,6 +57,9 @@ struct Job {
   std::vector<ShardedDataset> ranks;
   Job(const std::string& dir, int world) {
     for (int r = 0; r < world; ++r) ranks.emplace_back(dir, r, world, options());
+  }
+  Job(const std::vector<BlendSource>& blend, int world) {
+    for (int r = 0; r < world; ++r) ranks.emplace_back(blend, r, world, options());
   }
   // The next global batch's hash, or nullopt at the epoch's end (then every rank's reset()).
   std::optional<int64_t> step() {
@@ -201,6 +205,50 @@ TEST_F(ShardedDatasetTest, RefusesAGlobalBatchTheWorldSizeDoesNotDivide) {
     EXPECT_STREQ(e.what(), "rank 1: ShardedDataset: the global batch (6) must be a positive multiple of the world size (4)");
   }
   EXPECT_THROW(ShardedDataset(dir_->path(), 0, 1, o).get_batch(5), ConfigError);
+}
+
+TEST_F(ShardedDatasetTest, ABlendDrawsByItsWeightsAndResumesAtAnotherWorldSize) {
+  TempDir code("cohort_dataset");
+  write_data(code.path(), 1, /*salt=*/9);
+  const std::vector<BlendSource> blend{{dir_->path(), 7}, {code.path(), 3}};
+  Job one(blend, 1);
+  const ShardedDataset& d = one.ranks[0];
+  EXPECT_EQ(d.samples(), 2 * Job(dir_->path(), 1).ranks[0].samples());  // the two data sets' samples together
+  // 70:30 within one sample over every prefix of the first epoch.
+  uint64_t from_code = 0;
+  for (uint64_t k = 0; k < d.samples(); ++k) {
+    from_code += d.source_at(0, k);
+    ASSERT_LT(std::fabs(static_cast<double>(from_code) - 0.3 * static_cast<double>(k + 1)), 1.0) << k;
+  }
+  // The same global batches at world size 4, and after a resume from 4 to 2 mid-epoch.
+  const int steps = static_cast<int>(d.steps_per_epoch());
+  const std::vector<int64_t> reference = one.run(2 * steps);
+  EXPECT_EQ(Job(blend, 4).run(2 * steps), reference);
+  Job four(blend, 4);
+  std::vector<int64_t> got = four.run(steps / 2);
+  Job two(blend, 2);
+  two.load(four.state());
+  for (int64_t h : two.run(2 * steps - steps / 2)) got.push_back(h);
+  EXPECT_EQ(got, reference);
+  // Other weights are another blend: named at resume.
+  try {
+    Job(std::vector<BlendSource>{{dir_->path(), 1}, {code.path(), 1}}, 1).load(four.state());
+    ADD_FAILURE() << "a blend with other weights was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("the blend (its data sets or weights) differs"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(ShardedDatasetTest, ABlendOfDataSetsWithDifferentTokenizersIsRefused) {
+  TempDir other("cohort_dataset");
+  write_data(other.path(), /*tokenizer=*/2);
+  try {
+    ShardedDataset(std::vector<BlendSource>{{dir_->path(), 1}, {other.path(), 1}}, 0, 1, options());
+    ADD_FAILURE() << "accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("a blend of data sets with different tokenizers: " + dir_->path()), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(ShardedDatasetRecords, YieldsRecordBytesInTheGlobalOrder) {
