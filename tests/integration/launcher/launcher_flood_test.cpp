@@ -212,11 +212,13 @@ TEST(LauncherFlood, HostAtItsOpenFileLimitDoesNotSpin) {
   ASSERT_GE(junk[0], 0) << "node 0 never listened";
   for (int i = 0; i < 80; ++i) junk.push_back(connect_loopback(port + 1, /*wait=*/false));
   std::this_thread::sleep_for(std::chrono::seconds(1));
+  // A spinning host takes a core, or its share of a busy machine's (0.8 s of 2 s beside the
+  // suite's other test); one that waits takes a few milliseconds.
   const double cpu_before = cpu_seconds(n0.pid());
-  std::this_thread::sleep_for(std::chrono::seconds(2));
+  std::this_thread::sleep_for(std::chrono::seconds(3));
   const double cpu_used = cpu_seconds(n0.pid()) - cpu_before;
   EXPECT_GE(cpu_before, 0);
-  EXPECT_LT(cpu_used, 0.5) << "node 0 used " << cpu_used << " s of CPU in 2 s with strangers past its open-file limit";
+  EXPECT_LT(cpu_used, 0.2) << "node 0 used " << cpu_used << " s of CPU in 3 s with strangers past its open-file limit";
   close_all(junk);
   Child n1(flood_node(port, 1));
   Result r0 = n0.wait(60), r1 = n1.wait(60);
