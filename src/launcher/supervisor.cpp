@@ -13,6 +13,7 @@
 #include "launcher/watch/job_monitor.h"
 #include "launcher/io/signal_pipe.h"
 #include "launcher/watch/watch.h"
+#include "launcher/workers/spawn.h"  // reap_orphans
 #include "launcher/workers/worker_group.h"
 
 namespace cohort::launcher {
@@ -66,6 +67,7 @@ Outcome supervise(WorkerGroup& workers, Coordinator& coordinator, SignalPipe& si
   std::set<int64_t> training;
   bool training_told = !once_training;
   const auto started = std::chrono::steady_clock::now();
+  reap_orphans();  // those that ended between rounds, their SIGCHLD drained elsewhere
   for (;;) {
     std::vector<pollfd> fds{{signals.fd(), POLLIN, 0}};
     workers.add_pollfds(fds);
@@ -75,7 +77,9 @@ Outcome supervise(WorkerGroup& workers, Coordinator& coordinator, SignalPipe& si
 
     for (int sig : signals.drain()) {
       if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) return {Outcome::interrupted, "", sig, std::nullopt};
-      // SIGCHLD only wakes the loop; reap() below looks at every worker anyway.
+      // SIGCHLD: reap() below looks at every worker anyway; orphans our workers left (we may be
+      // their subreaper) are waited for here, as they end (spawn.h).
+      if (sig == SIGCHLD) reap_orphans();
     }
     workers.pump(fds);
     // Before reaping: a worker's last metrics (a NaN that made it stop) come before its failure.

@@ -1,14 +1,22 @@
-// fork/exec of a worker with parent-death signal and its own process group. See spawn.h.
+// fork/exec of a worker with parent-death signal and its own process group; orphans. See spawn.h.
 #include "launcher/workers/spawn.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>  // PR_SET_PDEATHSIG
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
+#include <mutex>
+#include <set>
 
 #include "cohort/error.h"
 
@@ -46,7 +54,53 @@ std::vector<char*> c_strings(const std::vector<std::string>& v) {
   _exit(127);
 }
 
+std::mutex owned_mutex;
+std::set<pid_t> owned;  // children some part of the agent waits for by pid (spawn.h)
+
+// This process's children, each with whether it is a zombie: /proc/<pid>/stat reads
+// "pid (comm) state ppid ...", comm possibly holding spaces and parentheses.
+std::vector<std::pair<pid_t, bool>> children_of(pid_t self) {
+  std::vector<std::pair<pid_t, bool>> out;
+  DIR* proc = ::opendir("/proc");
+  if (proc == nullptr) return out;
+  while (const dirent* e = ::readdir(proc)) {
+    if (!std::isdigit(static_cast<unsigned char>(e->d_name[0]))) continue;
+    std::ifstream stat(std::string("/proc/") + e->d_name + "/stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;  // it ended meanwhile
+    const size_t comm_end = line.rfind(')');
+    char state = 0;
+    long ppid = 0;
+    if (comm_end == std::string::npos || std::sscanf(line.c_str() + comm_end + 1, " %c %ld", &state, &ppid) != 2) continue;
+    if (ppid == self) out.emplace_back(static_cast<pid_t>(std::atol(e->d_name)), state == 'Z');
+  }
+  ::closedir(proc);
+  return out;
+}
+
 }  // namespace
+
+void own_child(pid_t pid) {
+  std::lock_guard<std::mutex> lock(owned_mutex);
+  owned.insert(pid);
+}
+
+int reap_orphans() {
+  // WNOWAIT: a look that leaves the child waitable for its owner. Nothing dead, nothing to do.
+  siginfo_t info{};
+  if (::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0) return 0;
+  std::lock_guard<std::mutex> lock(owned_mutex);
+  std::set<pid_t> children;
+  int reaped = 0;
+  for (const auto& [pid, zombie] : children_of(::getpid())) {
+    children.insert(pid);
+    if (zombie && owned.count(pid) == 0 && ::waitpid(pid, nullptr, WNOHANG) == pid) ++reaped;
+  }
+  // An owned pid that is no child any more was reaped by its owner: forgotten, as the pid may
+  // come back as an orphan's.
+  for (auto it = owned.begin(); it != owned.end();) it = children.count(*it) ? std::next(it) : owned.erase(it);
+  return reaped;
+}
 
 SpawnedProcess spawn_worker(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
   // Everything the child needs is prepared before fork: no allocation happens in the child.
@@ -71,6 +125,7 @@ SpawnedProcess spawn_worker(const std::vector<std::string>& argv, const std::vec
     throw ConfigError(-1, std::string("cannot fork a worker: ") + std::strerror(fork_errno));
   }
 
+  own_child(pid);     // waited for by pid (worker_group.cpp, standby.cpp, store_host.cpp, below)
   setpgid(pid, pid);  // also here, so the group exists before we might signal it
   close(out[1]);
   close(err[1]);

@@ -113,7 +113,9 @@ void StandbyWorkers::settle_forks() {
   for (auto it = abandoned_.begin(); it != abandoned_.end();) {
     if (auto answer = fork_link_->take_fork_answer(*it)) {
       SpawnedProcess p{answer->spare, -1, -1};
-      if (p.pid > 0) kill_and_reap(p);
+      // Only a live child: one that ended before it was named was reaped as an orphan (spawn.h),
+      // and its pid may be another process's by now.
+      if (p.pid > 0 && ::waitpid(p.pid, nullptr, WNOHANG) == 0) kill_and_reap(p);
       it = abandoned_.erase(it);
     } else {
       ++it;
@@ -132,6 +134,7 @@ void StandbyWorkers::settle_forks() {
     // Only a live child of ours can be a spare: the agent reaps and stops it like those it starts.
     const bool alive_child = p.pid > 0 && ::waitpid(p.pid, nullptr, WNOHANG) == 0;
     if (alive_child && !covered(f.place, /*or_forking=*/false)) {
+      own_child(p.pid);  // reap_orphans() leaves it to us now (spawn.h)
       ::fcntl(p.stdout_fd, F_SETFL, O_NONBLOCK);
       ::fcntl(p.stderr_fd, F_SETFL, O_NONBLOCK);
       standby_.push_back({f.place, p, /*forked=*/true});

@@ -2,6 +2,9 @@
 // killed. Real processes and real signals; survivors are checked in the process table.
 #include <gtest/gtest.h>
 
+#include <cctype>
+#include <cstdio>
+
 #include "launcher_test_util.h"
 
 using namespace launcher_test;
@@ -76,4 +79,59 @@ TEST(LauncherFault, SigkillToTheLauncherTakesTheWorkersAlong) {
   Result r = c.wait(10);
   EXPECT_TRUE(WIFSIGNALED(r.status));
   EXPECT_TRUE(all_gone_within(pids, 5)) << "a worker outlived cohort run (parent-death signal)";
+}
+
+namespace {
+// Zombies whose parent is `parent`: dead children it has not waited for.
+int zombies_of(pid_t parent) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
+    std::ifstream stat(e.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    const auto close_paren = line.rfind(')');
+    char state = 0;
+    long ppid = 0;
+    if (close_paren != std::string::npos && std::sscanf(line.c_str() + close_paren + 1, " %c %ld", &state, &ppid) == 2 &&
+        state == 'Z' && ppid == parent)
+      ++n;
+  }
+  return n;
+}
+}  // namespace
+
+// --keep-survivors --warm-spares make the agent a child subreaper, so what a dying worker leaves
+// behind becomes the agent's. The first three workers (replacements, restarts, spares: whichever
+// runs) each start a child and exit 1; the fourth stays. The three children end after their worker
+// (or are stopped with its process group) and must be reaped while the job runs, not pile up as
+// zombies until the agent exits.
+TEST(LauncherFault, OrphansOfDeadWorkersAreReapedWhileTheJobRuns) {
+  TempDir dir;
+  const std::string worker =
+      "n=$(ls \"$PROBE_DIR\" | grep -c '^run\\.'); touch \"$PROBE_DIR/run.$$\"; "
+      "if [ \"$n\" -lt 3 ]; then sleep 0.3 & echo $! > \"$PROBE_DIR/orphan.$!\"; exit 1; fi; "
+      "echo $$ > \"$PROBE_DIR/rank0.pid\"; exec sleep 60";
+  Child c({COHORT_BIN, "run", "--nproc-per-node", "1", "--max-restarts", "8", "--keep-survivors", "--warm-spares",
+           "--", "/bin/sh", "-c", worker},
+          {"PROBE_DIR=" + dir.path()});
+  std::vector<pid_t> pids = wait_for_pids(dir.path(), 1, 60);
+  ASSERT_EQ(pids.size(), 1u) << "the fourth worker never started";
+  std::vector<pid_t> orphans;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path()))
+    if (e.path().filename().string().rfind("orphan.", 0) == 0) orphans.push_back(std::stoi(slurp(e.path().string())));
+  ASSERT_EQ(orphans.size(), 3u);
+  ASSERT_TRUE(all_gone_within(orphans, 10)) << "the workers' children did not end";  // zombies count as gone
+  int zombies = zombies_of(c.pid());
+  for (const auto until = clock::now() + std::chrono::seconds(10); zombies > 0 && clock::now() < until;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    zombies = zombies_of(c.pid());
+  }
+  ASSERT_FALSE(process_gone(c.pid())) << "cohort run ended early";
+  EXPECT_EQ(zombies, 0) << "zombies under the agent (pid " << c.pid() << ")";
+  kill(c.pid(), SIGINT);
+  Result r = c.wait(15);
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_NE(r.err.find("restart 3 of 8"), std::string::npos) << r.err;
 }
