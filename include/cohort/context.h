@@ -125,7 +125,6 @@ class Context {
   };
   std::map<int64_t, RejoinListener> rejoin_listeners_;
   int64_t next_listener_ = 0;
-  std::string cannot_rejoin_;  // the first object that cannot reconnect, if any
   std::vector<std::unique_ptr<detail::ShmAllreduce>> retired_shm_;  // mapped until the end: an old reducer may hold one
   // The current generation's subgroups (make_cpu_subgroup), abandoned with the world group at a rejoin.
   mutable std::mutex subgroups_mutex_;

@@ -28,12 +28,6 @@ struct ContextInternals {
   }
   /// The store the current generation's groups meet in (subgroups are made there too).
   static c10::intrusive_ptr<c10d::Store> generation_store(const Context& ctx) { return ctx.generation_store(); }
-  /// An object that cannot reconnect after a rejoin (yet) says so: keep_running() then does not
-  /// offer to rejoin, and a peer's failure restarts the job as without it.
-  static void cannot_rejoin(Context& ctx, const std::string& what) {
-    if (ctx.cannot_rejoin_.empty()) ctx.cannot_rejoin_ = what;
-  }
-  static const std::string& why_not_rejoinable(const Context& ctx) { return ctx.cannot_rejoin_; }
   static void remove_rejoin_listener(Context& ctx, int64_t key) { ctx.rejoin_listeners_.erase(key); }
   /// A subgroup of the current generation: a rejoin abandons it with the world group.
   static void track_subgroup(const Context& ctx, const c10::intrusive_ptr<Backend>& group) {

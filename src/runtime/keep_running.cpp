@@ -10,7 +10,6 @@
 #include "cohort/context.h"
 #include "cohort/error.h"
 #include "runtime/agent_link/agent_link.h"
-#include "runtime/context_internals.h"
 #include "runtime/log.h"
 
 namespace cohort {
@@ -57,9 +56,8 @@ double rejoin_wait_s(const KeepRunningOptions& options, int rank) {
 }
 
 struct Rejoinable {
-  explicit Rejoinable(bool can) : can_(can) { detail::set_rejoinable(can); }
+  Rejoinable() { detail::set_rejoinable(true); }
   ~Rejoinable() { detail::set_rejoinable(false); }
-  bool can_;
 };
 
 }  // namespace
@@ -69,11 +67,9 @@ int rejoins() { return g_rejoins.load(); }
 void keep_running(const std::shared_ptr<Context>& ctx, const std::function<void()>& body, KeepRunningOptions options) {
   if (!ctx) throw ConfigError(-1, "keep_running needs the Context from cohort::init()");
   const double wait_s = rejoin_wait_s(options, ctx->rank());
-  // The agent replaces a failed peer in place only when every survivor can rejoin.
-  const std::string& why_not = detail::ContextInternals::why_not_rejoinable(*ctx);
-  if (!why_not.empty() && ctx->rank() == 0 && detail::agent_link() != nullptr)
-    detail::log_info("keep_running: " + why_not + " cannot reconnect to a replaced peer yet; a failure restarts the job");
-  Rejoinable announced(why_not.empty());
+  // The agent replaces a failed peer in place only while every survivor says it can rejoin:
+  // inside keep_running (every cohort object reconnects, Context::rejoin).
+  Rejoinable announced;
   for (;;) {
     std::exception_ptr error;
     try {
@@ -83,7 +79,7 @@ void keep_running(const std::shared_ptr<Context>& ctx, const std::function<void(
       error = std::current_exception();
     }
     detail::AgentLink* link = detail::agent_link();
-    if (ctx->world_size() == 1 || link == nullptr || !announced.can_ || !may_be_peer_failure(error))
+    if (ctx->world_size() == 1 || link == nullptr || !may_be_peer_failure(error))
       std::rethrow_exception(error);
     struct Rejoining {  // the agent's hang rule gives this time (agent_link.h)
       Rejoining() { detail::set_rejoining(true); }
