@@ -1,7 +1,9 @@
 // cohort/checkpointer.h — saving and restoring the whole training state, safely and mostly in the
 // background.
 //
-//   cohort::Checkpointer checkpoints("checkpoints", ctx, {.every_steps = 100});
+//   cohort::CheckpointOptions options;
+//   options.every_steps = 100;
+//   cohort::Checkpointer checkpoints("checkpoints", ctx, options);
 //   checkpoints.restore_latest(model, optimizer, sampler);  // no-op on a fresh start
 //   for (...) { ...; optimizer.step(); checkpoints.maybe_save(model, optimizer, sampler); }
 //

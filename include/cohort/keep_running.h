@@ -2,7 +2,9 @@
 // step, not a restart of every worker.
 //
 //   auto ctx = cohort::init();
-//   cohort::Checkpointer checkpoints(dir, ctx, {.snapshot_every_steps = 1});
+//   cohort::CheckpointOptions options;
+//   options.snapshot_every_steps = 1;
+//   cohort::Checkpointer checkpoints(dir, ctx, options);
 //   auto model = cohort::DistributedDataParallel(net, ctx);
 //   cohort::keep_running(ctx, [&] {
 //     checkpoints.restore_latest(model, optimizer, sampler);  // the newest snapshot after a failure

@@ -2,7 +2,10 @@
 // ranks synchronise their parameters once. For slow links: one exchange of the parameters every H
 // steps instead of one of the gradients every step.
 //
-//   auto model = cohort::LocalSGD(Net(), ctx, {.sync_every = 20, .outer = cohort::OuterOptimizer::nesterov});
+//   cohort::LocalSGDOptions options;
+//   options.sync_every = 20;
+//   options.outer = cohort::OuterOptimizer::nesterov;
+//   auto model = cohort::LocalSGD(Net(), ctx, options);
 //   torch::optim::AdamW inner(model->parameters(), torch::optim::AdamWOptions(1e-3));
 //   for (auto& batch : *loader) {
 //     inner.zero_grad();

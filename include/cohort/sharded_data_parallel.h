@@ -1,6 +1,8 @@
 // cohort/sharded_data_parallel.h — sharded data parallelism (ZeRO-1/2/3, FSDP) for libtorch modules.
 //
-//   auto model = cohort::ShardedDataParallel(net, ctx, {.level = cohort::ShardingLevel::parameters});
+//   cohort::ShardedOptions options;
+//   options.level = cohort::ShardingLevel::parameters;
+//   auto model = cohort::ShardedDataParallel(net, ctx, options);
 //   torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(1e-3));  // the shards
 //   optimizer.zero_grad();
 //   auto loss = torch::nll_loss(model->forward(x), y);
