@@ -17,6 +17,7 @@
 
 #include "launcher/io/channel.h"
 #include "launcher/io/message_check.h"
+#include "runtime/json_fields.h"
 
 using cohort::launcher::Channel;
 using nlohmann::json;
@@ -41,7 +42,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (size_t start = 0; start < rest.size();) {
       size_t nl = rest.find('\n', start);
       if (nl == std::string::npos) nl = rest.size();
-      auto m = json::parse(rest.begin() + static_cast<long>(start), rest.begin() + static_cast<long>(nl), nullptr, false);
+      auto m = cohort::detail::parse_capped_or_discarded(rest.begin() + static_cast<long>(start), rest.begin() + static_cast<long>(nl));
       start = nl + 1;
       if (m.is_discarded()) continue;
       if (!sender.send(m)) __builtin_trap();

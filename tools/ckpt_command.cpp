@@ -10,6 +10,7 @@
 
 #include "checkpoint/storage/checkpoint_dir.h"
 #include "checkpoint/format/safetensors.h"
+#include "runtime/json_fields.h"
 
 namespace cohort::tools {
 namespace {
@@ -55,7 +56,7 @@ int list(const CkptOptions& o) {
       }
       out.push_back(e);
     }
-    std::cout << out.dump(1) << "\n";
+    std::cout << cohort::detail::dump_text(out, 1) << "\n";  // paths and problems: any bytes
     return 0;
   }
   if (listed.empty()) {
@@ -104,8 +105,8 @@ int inspect(const CkptOptions& o) {
   out["world_size"] = m->world_size;
   out["created"] = when(m->created_unix_ms);
   out["metadata"] = m->metadata;
-  out["sampler"] = m->sampler_json.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json::parse(m->sampler_json);
-  out["optimizer"] = m->optimizer_json.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json::parse(m->optimizer_json);
+  out["sampler"] = m->sampler_json.empty() ? nlohmann::ordered_json() : cohort::detail::parse_capped<nlohmann::ordered_json>(m->sampler_json);
+  out["optimizer"] = m->optimizer_json.empty() ? nlohmann::ordered_json() : cohort::detail::parse_capped<nlohmann::ordered_json>(m->optimizer_json);
   auto& files = out["files"] = nlohmann::ordered_json::array();
   int status = 0;
   for (const auto& f : m->files) {
@@ -121,7 +122,7 @@ int inspect(const CkptOptions& o) {
     files.push_back(e);
   }
   if (o.json) {
-    std::cout << out.dump(1) << "\n";
+    std::cout << cohort::detail::dump_text(out, 1) << "\n";  // paths and problems: any bytes
     return status;
   }
   std::cout << "checkpoint  " << o.path << "\nstep        " << m->step << "\nepoch       " << m->epoch

@@ -23,6 +23,7 @@
 #include "sim/published.h"
 #include "sim/presets.h"
 #include "sim/report.h"
+#include "runtime/json_fields.h"
 #include "sim_serve.h"
 
 namespace cohort::tools {
@@ -75,9 +76,10 @@ bool resolve(const SimOptions& o, sim::Params& out, std::vector<std::string>& er
       errors.push_back("--params " + file + ": " + why);
       continue;
     }
-    json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    std::string problem;
+    json j = cohort::detail::parse_capped_or_discarded(text, &problem);
     if (j.is_discarded()) {
-      errors.push_back(file + " is not JSON");
+      errors.push_back(file + " is " + problem);
       continue;
     }
     if (j.is_object() && j.contains("params") && j["params"].is_object()) j = j["params"];  // a report's or calibration's
@@ -242,8 +244,9 @@ int run_calibrate(const SimOptions& o) {
 int run_predict(const SimOptions& o) {
   std::string text, why;
   if (!read_data_file(o.calibration, kJsonFileLimit, text, why)) return fail({"--calibration " + o.calibration + ": " + why});
-  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return fail({o.calibration + " is not JSON"});
+  std::string problem;
+  const json j = cohort::detail::parse_capped_or_discarded(text, &problem);
+  if (j.is_discarded()) return fail({o.calibration + " is " + problem});
   sim::Calibration c;
   try {
     c = sim::calibration_from_json(j, o.calibration);

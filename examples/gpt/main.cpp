@@ -91,7 +91,8 @@ int run(Options o, const Overrides& ov) {
   }
   result["rank"] = ctx->rank();
   result["preset"] = o.preset;
-  std::cout << result.dump() << std::endl;
+  // The sample is whatever bytes the model generated, rarely UTF-8 early in training: replaced, not thrown.
+  std::cout << result.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
   return 0;
 }
 

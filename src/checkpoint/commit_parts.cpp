@@ -2,6 +2,7 @@
 #include "commit_parts.h"
 
 #include "runtime/net/message_auth.h"
+#include "runtime/json_fields.h"
 
 namespace cohort::ckpt {
 namespace {
@@ -14,7 +15,7 @@ std::string context(const std::string& store_key, int round) {
 }  // namespace
 
 std::string sealed_part(const std::string& job_key, const std::string& store_key, int round, const nlohmann::json& part) {
-  const std::string json = part.dump();
+  const std::string json = detail::dump_text(part);  // an error names a path: any bytes
   return job_key.empty() ? json : detail::sealed_text(job_key, context(store_key, round), json);
 }
 
@@ -23,7 +24,7 @@ std::optional<nlohmann::json> opened_part(const std::string& job_key, const std:
   std::optional<std::string_view> json = std::string_view(value);
   if (!job_key.empty()) json = detail::opened_text(job_key, context(store_key, round), value);
   if (!json) return std::nullopt;
-  auto part = nlohmann::json::parse(json->begin(), json->end(), nullptr, false);
+  auto part = detail::parse_capped_or_discarded(json->begin(), json->end());
   if (part.is_discarded() || !part.is_object()) return std::nullopt;
   return part;
 }

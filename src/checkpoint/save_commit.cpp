@@ -22,6 +22,7 @@
 #include "cohort/error.h"
 #include "checkpoint/checkpointer_impl.h"
 #include "runtime/agent_link/agent_link.h"
+#include "runtime/json_fields.h"
 #include "runtime/log.h"
 
 namespace cohort {
@@ -138,7 +139,7 @@ std::string Checkpointer::Impl::key(int generation, int64_t index, int rank) con
 
 void Checkpointer::Impl::report(const SaveJob& job, const nlohmann::json& part) {
   if (ctx_.world_size() == 1) {
-    own_part_ = part.dump();
+    own_part_ = detail::dump_text(part);  // an error names a path: any bytes
     return;
   }
   const std::string k = key(job, rank_);

@@ -18,7 +18,7 @@ std::string SamplerState::to_json() const {
 
 SamplerState SamplerState::from_json(const std::string& text) {
   try {
-    auto j = nlohmann::json::parse(text);
+    auto j = detail::parse_capped(text);
     if (!j.is_object()) throw std::runtime_error("is not an object");
     SamplerState s;
     s.epoch = detail::integer_field(j, "epoch", 0);

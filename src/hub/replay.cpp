@@ -11,6 +11,7 @@
 
 #include "cohort/error.h"
 #include "hub/state.h"
+#include "runtime/json_fields.h"
 
 namespace cohort::hub {
 
@@ -25,7 +26,7 @@ size_t Hub::State::replay(std::istream& in) {
   while (std::getline(in, text)) {
     if (text.empty()) continue;
     ++lines;
-    const json line = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    const json line = cohort::detail::parse_capped_or_discarded(text);
     if (!line.is_object()) continue;  // a torn last line of a killed agent
     const std::string type = text_at(line, "type");
     if (type == "metrics") {

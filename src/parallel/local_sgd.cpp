@@ -18,6 +18,7 @@
 #include "parallel/ddp/replica_sync.h"
 #include "runtime/check.h"
 #include "runtime/context_internals.h"
+#include "runtime/json_fields.h"
 
 namespace cohort::detail {
 namespace {
@@ -265,7 +266,7 @@ void LocalSGDCore::load_shard_state(const ShardSource& source, torch::optim::Opt
   torch::NoGradGuard no_grad;
   nlohmann::json layout;
   try {
-    layout = nlohmann::json::parse(source.layout_json()).at("local_sgd");
+    layout = detail::parse_capped(source.layout_json()).at("local_sgd");
   } catch (const std::exception&) {
     throw CheckpointError(m.rank, "the checkpoint holds sharded state of ShardedDataParallel, not of LocalSGD");
   }

@@ -10,6 +10,7 @@
 
 #include "engine/engine.h"
 #include "report.h"
+#include "runtime/json_fields.h"
 #include "runlog/run_load.h"
 
 namespace cohort::sim {
@@ -119,7 +120,7 @@ RunSummary summarize_run(const std::string& dir, bool allow_load, bool shared_ma
   while (std::getline(in, line)) {
     if (line.empty()) continue;
     ++lines;
-    const json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    const json j = cohort::detail::parse_capped_or_discarded(line);
     if (!j.is_object()) {
       ++r.torn_lines;  // a killed agent's last line
       continue;

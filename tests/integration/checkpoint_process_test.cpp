@@ -336,6 +336,50 @@ TEST(CheckpointCli, ALinkedStepIsNotACheckpoint) {
   EXPECT_EQ(run_shell(kCohort + " ckpt verify " + target).exit_code, 0);  // the target itself is untouched
 }
 
+// 100,000 nested arrays (200 KB) in a manifest's "sampler" or a safetensors header's
+// "__metadata__" overflowed the stack of `cohort ckpt` (SIGSEGV, issue 50): one line now.
+TEST(CheckpointCli, JsonNestedTooDeepIsOneLineNotACrash) {
+  const std::string dir = fresh_dir("cli_deep");
+  ASSERT_EQ(run_shell(kProbe + " --dir " + dir + " --mode export").exit_code, 0);
+  const std::string ck = dir + "/step-00000005", deep = std::string(100000, '[') + std::string(100000, ']');
+  const auto read_all = [](const std::string& file) {
+    std::ifstream in(file, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const auto write_all = [](const std::string& file, const std::string& bytes) {
+    std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes;
+  };
+  // The model file's header with a deep "__metadata__" in front of its entries; data unmoved.
+  const std::string model = read_all(ck + "/model.safetensors");
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(model[i]);
+  const std::string header = "{\"__metadata__\":{\"x\":" + deep + "}," + model.substr(9, n - 1);
+  std::string length(8, '\0');
+  for (int i = 0; i < 8; ++i) length[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  write_all(ck + "/model.safetensors", length + header + model.substr(8 + n));
+  auto inspect = run_shell(kCohort + " ckpt inspect --json " + ck);
+  EXPECT_EQ(inspect.exit_code, 1) << inspect.output.substr(0, 2000);
+  EXPECT_TRUE(contains(inspect.output, "header is nested deeper than 64 levels")) << inspect.output.substr(0, 2000);
+
+  const std::string manifest = read_all(ck + "/manifest.json");
+  const auto at = manifest.find("\"sampler\": null");
+  ASSERT_NE(at, std::string::npos) << manifest;
+  write_all(ck + "/manifest.json", manifest.substr(0, at) + "\"sampler\": {\"x\": " + deep + "}" + manifest.substr(at + 15));
+  const std::string expected = "manifest.json is nested deeper than 64 levels";
+  auto verify = run_shell(kCohort + " ckpt verify " + ck);
+  EXPECT_EQ(verify.exit_code, 1) << verify.output;
+  EXPECT_EQ(verify.output, "cohort ckpt verify: " + ck + " is NOT valid: " + expected + "\n");
+  auto list = run_shell(kCohort + " ckpt list " + dir);
+  EXPECT_EQ(list.exit_code, 0) << list.output;
+  EXPECT_TRUE(std::regex_search(list.output, std::regex("step-00000005 +5 .*not a checkpoint: " + expected))) << list.output;
+  auto json = run_shell(kCohort + " ckpt list --json " + dir);
+  EXPECT_EQ(json.exit_code, 0) << json.output;
+  EXPECT_TRUE(contains(json.output, expected)) << json.output;
+  auto inspect_manifest = run_shell(kCohort + " ckpt inspect " + ck);
+  EXPECT_EQ(inspect_manifest.exit_code, 1) << inspect_manifest.output;
+  EXPECT_TRUE(contains(inspect_manifest.output, expected)) << inspect_manifest.output;
+}
+
 // --- the example resumes exactly, through processes -------------------------------------------------
 
 bool have_dataset() { return std::ifstream("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz").good(); }

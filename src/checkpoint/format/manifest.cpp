@@ -23,19 +23,19 @@ std::string Manifest::to_json() const {
   auto& fs = j["files"] = nlohmann::ordered_json::array();
   for (const auto& f : files)
     fs.push_back({{"name", f.name}, {"bytes", f.bytes}, {"xxh3", to_hex(f.xxh3)}, {"rank", f.rank}, {"role", f.role}});
-  j["sampler"] = sampler_json.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json::parse(sampler_json);
-  j["optimizer"] = optimizer_json.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json::parse(optimizer_json);
+  j["sampler"] = sampler_json.empty() ? nlohmann::ordered_json() : detail::parse_capped<nlohmann::ordered_json>(sampler_json);
+  j["optimizer"] = optimizer_json.empty() ? nlohmann::ordered_json() : detail::parse_capped<nlohmann::ordered_json>(optimizer_json);
   auto& rs = j["rng"] = nlohmann::ordered_json::array();
   for (const auto& r : rng) rs.push_back({{"rank", r.rank}, {"cpu", r.cpu}, {"cuda", r.cuda}});
   j["metadata"] = metadata;
   if (!user.empty()) j["user"] = user;
-  if (!sharding_json.empty()) j["sharding"] = nlohmann::ordered_json::parse(sharding_json);  // sharded only
+  if (!sharding_json.empty()) j["sharding"] = detail::parse_capped<nlohmann::ordered_json>(sharding_json);  // sharded only
   if (!rank_state.empty()) {
     auto& texts = j["rank_state"] = nlohmann::ordered_json::object();
     for (const auto& [rank, text] : rank_state) texts[std::to_string(rank)] = text;
   }
   if (!program.empty()) j["program"] = program;
-  return j.dump(1) + "\n";
+  return detail::dump_text(j, 1) + "\n";  // metadata and user strings: any bytes
 }
 
 namespace {
@@ -121,9 +121,11 @@ std::map<std::string, std::string> string_map(const nlohmann::json& j, const cha
 
 Manifest Manifest::parse(const std::string& text) {
   nlohmann::json j;
+  bool too_deep = false;
   try {
-    j = nlohmann::json::parse(text);
+    j = detail::parse_capped(text, &too_deep);
   } catch (const nlohmann::json::exception& e) {
+    if (too_deep) throw std::runtime_error("is nested deeper than " + std::to_string(detail::kMaxJsonDepth) + " levels");
     throw std::runtime_error(std::string("is not JSON (") + e.what() + ")");
   }
   if (!j.is_object()) throw std::runtime_error("is not a JSON object");

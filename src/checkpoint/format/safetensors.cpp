@@ -53,7 +53,7 @@ std::string build_header(std::vector<TensorEntry>& tensors, const std::map<std::
     offset = t.end;
     header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {t.begin, t.end}}};
   }
-  std::string text = header.dump();
+  std::string text = detail::dump_text(header);  // tensor names and metadata: any bytes
   text.append((8 - text.size() % 8) % 8, ' ');  // keeps the data 8-byte aligned for mmap readers
   return le64(text.size()) + text;
 }
@@ -72,9 +72,11 @@ SafetensorsHeader parse_header(const std::string& prefix, uint64_t file_bytes) {
                              std::to_string(file_bytes));
   if (prefix.size() < 8 + n) throw std::runtime_error("header not fully read");
   nlohmann::json j;
+  bool too_deep = false;
   try {
-    j = nlohmann::json::parse(prefix.begin() + 8, prefix.begin() + 8 + static_cast<long>(n));
+    j = detail::parse_capped(prefix.begin() + 8, prefix.begin() + 8 + static_cast<long>(n), &too_deep);
   } catch (const nlohmann::json::exception& e) {
+    if (too_deep) throw std::runtime_error("header is nested deeper than " + std::to_string(detail::kMaxJsonDepth) + " levels");
     throw std::runtime_error(std::string("header is not JSON: ") + e.what());
   }
   if (!j.is_object()) throw std::runtime_error("header is not a JSON object");

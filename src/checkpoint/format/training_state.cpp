@@ -13,6 +13,7 @@
 #include "cohort/error.h"
 #include "cohort/torch_compat.h"
 #include "runtime/torch_compat_internal.h"
+#include "runtime/json_fields.h"
 
 namespace cohort::ckpt {
 namespace {
@@ -194,7 +195,7 @@ void load_optimizer_state(torch::optim::Optimizer& optimizer, const torch::nn::M
                           const TensorFileReader& file, const std::string& description, int rank) {
   apply_optimizer_description(optimizer, description, rank);  // type, group count, learning rates
   const Codec& codec = codec_of(optimizer, rank);
-  const auto groups = nlohmann::json::parse(description).at("groups");
+  const auto groups = detail::parse_capped(description).at("groups");
   auto& param_groups = optimizer.param_groups();
   // Group the saved tensors by parameter: "name/field" -> fields[name][field].
   std::map<std::string, Fields> fields;
@@ -265,7 +266,7 @@ std::string optimizer_description(const torch::optim::Optimizer& optimizer, int 
 
 void apply_optimizer_description(torch::optim::Optimizer& optimizer, const std::string& description, int rank) {
   const Codec& codec = codec_of(optimizer, rank);
-  const auto j = nlohmann::json::parse(description);
+  const auto j = detail::parse_capped(description);
   const std::string type = j.at("type").get<std::string>();
   if (type != codec.type)
     throw CheckpointError(rank, "the checkpoint holds " + type + " optimizer state but the optimizer is " + codec.type);

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "cohort/error.h"
+#include "runtime/json_fields.h"
 
 namespace cohort::ckpt {
 
@@ -22,7 +23,7 @@ std::string FlatLayout::to_json() const {
 
 FlatLayout FlatLayout::parse(const std::string& text, int rank) {
   try {
-    const auto j = nlohmann::json::parse(text);
+    const auto j = detail::parse_capped(text);
     if (j.contains("local_sgd"))
       throw CheckpointError(rank, "the checkpoint was saved by a LocalSGD model (each rank's own parameters), not by "
                                   "ShardedDataParallel: restore it into a LocalSGD model");

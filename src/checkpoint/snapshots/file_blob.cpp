@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "checkpoint/storage/file_io.h"
+#include "runtime/json_fields.h"
 
 namespace cohort::ckpt {
 
@@ -19,7 +20,7 @@ std::string pack_files(const std::vector<NamedBytes>& files, const char* tag) {
     index.push_back({{"name", f.name}, {"bytes", f.bytes.size()}, {"xxh3", to_hex(XXH3_64bits(f.bytes.data(), f.bytes.size()))}});
     total += f.bytes.size();
   }
-  const std::string head = index.dump();
+  const std::string head = detail::dump_text(index);
   std::string blob(8, '\0');
   const uint64_t head_bytes = head.size();
   std::memcpy(blob.data(), &head_bytes, 8);
@@ -35,7 +36,7 @@ UnpackedFiles unpack_files(const char* blob, size_t size) {
   if (size < 8) return {{}, "too short"};
   std::memcpy(&head_bytes, blob, 8);
   if (head_bytes > size - 8) return {{}, "index past the end"};
-  const auto index = nlohmann::json::parse(blob + 8, blob + 8 + head_bytes, nullptr, false);
+  const auto index = detail::parse_capped_or_discarded(blob + 8, blob + 8 + head_bytes);
   if (!index.is_array()) return {{}, "no index"};
   UnpackedFiles out;
   size_t at = 8 + head_bytes;

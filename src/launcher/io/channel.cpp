@@ -14,6 +14,7 @@
 
 #include "launcher/io/message_check.h"
 #include "runtime/net/message_auth.h"
+#include "runtime/json_fields.h"
 #include "launcher/io/socket_util.h"
 
 namespace cohort::launcher {
@@ -239,8 +240,9 @@ bool Channel::receive(std::vector<nlohmann::json>& out) {
       break;
     }
     ++received_;
-    auto message = nlohmann::json::parse(text->begin(), text->end(), nullptr, false);
-    const std::string problem = message.is_discarded() ? "a line that is not JSON" : agent_message_problem(message);
+    std::string why;
+    auto message = detail::parse_capped_or_discarded(text->begin(), text->end(), &why);
+    const std::string problem = message.is_discarded() ? "a line that is " + why : agent_message_problem(message);
     if (!problem.empty()) {  // authentic but not a message of this protocol: never acted on
       refuse(problem);
       open = false;

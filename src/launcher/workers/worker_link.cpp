@@ -18,6 +18,7 @@
 
 #include "cohort/error.h"
 #include "launcher/io/message_check.h"
+#include "runtime/json_fields.h"
 #include "runtime/net/unix_datagram.h"
 
 namespace cohort::launcher {
@@ -121,7 +122,7 @@ WorkerLink::~WorkerLink() {
 
 std::optional<WorkerMessage> parse_worker_datagram(const char* data, size_t n, pid_t sender_pid, std::string* problem) {
   using K = FieldKind;
-  auto j = nlohmann::json::parse(data, data + n, nullptr, /*allow_exceptions=*/false);
+  auto j = detail::parse_capped_or_discarded(data, data + n);
   if (!j.is_object() || !j.contains("pid")) {
     *problem = "not a JSON object with a pid";
     return std::nullopt;

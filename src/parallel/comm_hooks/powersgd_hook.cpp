@@ -23,6 +23,7 @@
 
 #include "cohort/comm_hook.h"
 #include "cohort/error.h"
+#include "runtime/json_fields.h"
 #include "runtime/log.h"
 
 namespace cohort {
@@ -203,7 +204,7 @@ class PowerSGDHook final : public CommHook {
                                           "(plain allreduce for " + std::to_string(o_.start_step) + " steps)");
       return;
     }
-    const auto j = nlohmann::json::parse(saved.text);  // a parse error: the restore fails, naming the hook
+    const auto j = detail::parse_capped(saved.text);  // a parse error: the restore fails, naming the hook
     if (j.at("hook").get<std::string>() != describe()) {
       detail::log_warn("PowerSGD: the checkpoint holds the state of " + j.at("hook").get<std::string>() +
                        ", not of this " + describe() + ": it starts again");

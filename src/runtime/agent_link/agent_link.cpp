@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "runtime/json_fields.h"
 #include "runtime/log.h"
 #include "runtime/net/unix_datagram.h"
 #include "progress.h"
@@ -255,7 +256,7 @@ void AgentLink::serve_requests() {
 }
 
 void AgentLink::serve(const std::string& text, int fds[2]) {
-  const auto request = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  const auto request = parse_capped_or_discarded(text);
   if (!request.is_object()) return;
   const std::string type = request.value("type", "");
   if (type == "go" || type == "rejoin") {

@@ -12,6 +12,7 @@
 #include "optimum.h"
 #include "presets.h"
 #include "report.h"
+#include "runtime/json_fields.h"  // header-only: em++ has src/ on its path too
 
 using nlohmann::json;
 using namespace cohort::sim;
@@ -24,14 +25,14 @@ size_t g_series_sent = 0;
 size_t g_events_sent = 0;
 
 const char* out(const json& j) {
-  g_out = j.dump(-1, ' ', false, json::error_handler_t::replace);
+  g_out = cohort::detail::dump_text(j);
   return g_out.c_str();
 }
 
 const char* errors_out(const std::vector<std::string>& errors) { return out(json{{"errors", errors}}); }
 
 bool parse(const char* text, Params& p, std::vector<std::string>& errors) {
-  const json j = json::parse(text ? text : "", nullptr, /*allow_exceptions=*/false);
+  const json j = cohort::detail::parse_capped_or_discarded(text ? text : "");
   if (j.is_discarded()) {
     errors.push_back("the parameters are not JSON");
     return false;

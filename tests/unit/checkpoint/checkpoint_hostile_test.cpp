@@ -1,5 +1,5 @@
-// Checkpoint parsers against hostile input (issue 22): manifests, safetensors headers, sampler
-// state and the files themselves. Each is a clear error naming the problem, never an abort, a
+// Checkpoint parsers against hostile input (issues 22 and 50): manifests, safetensors headers,
+// sampler state and the files themselves; JSON nested too deep, strings that are not UTF-8. Each is a clear error naming the problem, never an abort, a
 // hang (a FIFO) or an endless read (/dev/zero). The Checkpointer's fallback over such damage is
 // CheckpointCorruption in checkpoint_test.cpp.
 #include <gtest/gtest.h>
@@ -15,6 +15,7 @@
 #include "checkpoint/format/safetensors.h"
 #include "cohort/distributed_sampler.h"
 #include "cohort/error.h"
+#include "runtime/json_fields.h"
 
 namespace fs = std::filesystem;
 using namespace cohort;
@@ -207,4 +208,51 @@ TEST(CheckpointHostile, CommitPartsAreTakenOnlyWhenAuthentic) {
   EXPECT_TRUE(ckpt::opened_part("", at, 0, part.dump()).has_value());
   EXPECT_FALSE(ckpt::opened_part("", at, 0, "not json"));
   EXPECT_FALSE(ckpt::opened_part("", at, 0, "[1, 2]"));
+}
+
+// Parsing 100,000 nested arrays (200 KB) is fine for nlohmann; copying or dumping them recurses
+// once a level and overflows the stack: SIGSEGV in every reader (issue 50). Each parser caps the
+// depth at 64 levels and says so.
+std::string nested_arrays(int levels) { return std::string(levels, '[') + std::string(levels, ']'); }
+
+TEST(CheckpointHostile, JsonNestedDeeperThan64LevelsIsRefused) {
+  const std::string deep = nested_arrays(100000);
+  std::string manifest = good_manifest().dump();
+  const std::string sampler = "\"sampler\":null";
+  ASSERT_NE(manifest.find(sampler), std::string::npos);
+  manifest.replace(manifest.find(sampler), sampler.size(), "\"sampler\":{\"x\":" + deep + "}");
+  try {
+    ckpt::Manifest::parse(manifest);
+    ADD_FAILURE() << "a manifest nested 100,000 levels deep was read";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "is nested deeper than 64 levels");
+  }
+  EXPECT_EQ(header_problem(R"({"__metadata__":{"x":)" + deep + "}}", 0), "header is nested deeper than 64 levels");
+  EXPECT_THROW(SamplerState::from_json(R"({"epoch":)" + deep + "}"), ConfigError);
+  EXPECT_FALSE(ckpt::opened_part("", "cohort/ckpt/0/3/1", 0, R"({"rank":)" + deep + "}"));
+  // The cap itself: 64 levels are read, 65 are not, and bad syntax is still "not JSON".
+  EXPECT_EQ(cohort::detail::parse_capped(nested_arrays(64)).dump(), nested_arrays(64));
+  std::string problem;
+  EXPECT_TRUE(cohort::detail::parse_capped_or_discarded(nested_arrays(65), &problem).is_discarded());
+  EXPECT_EQ(problem, "nested deeper than 64 levels");
+  EXPECT_TRUE(cohort::detail::parse_capped_or_discarded(R"({"a":)", &problem).is_discarded());
+  EXPECT_EQ(problem, "not JSON");
+}
+
+// Bytes cohort does not control (metadata, tensor names, a generated sample) need not be UTF-8:
+// nlohmann's dump() throws type_error.316 on them; dump_text writes U+FFFD instead.
+TEST(CheckpointHostile, StringsThatAreNotUtf8AreWrittenNotThrown) {
+  const std::string latin1 = "caf\xe9 \xb1";  // not UTF-8
+  const json sample{{"sample", latin1}};
+  EXPECT_THROW((void)sample.dump(), json::type_error);
+  EXPECT_EQ(json::parse(cohort::detail::dump_text(sample))["sample"], "caf\xEF\xBF\xBD \xEF\xBF\xBD");
+  ckpt::Manifest m = ckpt::Manifest::parse(good_manifest().dump());
+  m.metadata["note"] = latin1;
+  EXPECT_EQ(ckpt::Manifest::parse(m.to_json()).metadata.at("note"), "caf\xEF\xBF\xBD \xEF\xBF\xBD");
+  std::vector<ckpt::TensorEntry> tensors(1);
+  tensors[0].name = "w" + latin1;
+  tensors[0].dtype = "F32";
+  tensors[0].shape = {1};
+  const std::string header = ckpt::build_header(tensors, {{"k", latin1}});
+  EXPECT_EQ(ckpt::parse_header(header, header.size() + 4).tensors.at(0).name, "wcaf\xEF\xBF\xBD \xEF\xBF\xBD");
 }

@@ -140,6 +140,17 @@ void edit_manifest(const fs::path& checkpoint, const std::function<void(nlohmann
   std::ofstream(checkpoint / "manifest.json", std::ios::trunc) << m.dump();
 }
 
+// The manifest with 100,000 nested arrays for its "sampler", written as text: nlohmann could not
+// dump it (its dump recurses once a level).
+void write_deep_sampler(const fs::path& manifest) {
+  nlohmann::json m;
+  std::ifstream(manifest) >> m;
+  m["sampler"] = "DEEP";
+  std::string text = m.dump();
+  text.replace(text.find("\"DEEP\""), 6, "{\"x\":" + std::string(100000, '[') + std::string(100000, ']') + "}");
+  std::ofstream(manifest, std::ios::trunc) << text;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Damages, CheckpointCorruption,
     ::testing::Values(
@@ -193,7 +204,10 @@ INSTANTIATE_TEST_SUITE_P(
                ""},
         Damage{"optimizer_description_wrong_kinds",
                [](const fs::path& p) { edit_manifest(p, [](auto& m) { m["optimizer"]["groups"][0]["lr"] = "fast"; }); },
-               "optimizer group"}),
+               "optimizer group"},
+        // Issue 50: 100,000 nested arrays (200 KB) overflowed the stack of every rank's restore.
+        Damage{"sampler_nested_100000_deep", [](const fs::path& p) { write_deep_sampler(p / "manifest.json"); },
+               "manifest.json is nested deeper than 64 levels"}),
     [](const auto& info) { return info.param.name; });
 
 // --- a different world size: save at 4 ranks mid-epoch, restore at 2, the epoch covered once ---

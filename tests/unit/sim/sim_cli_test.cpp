@@ -1,6 +1,10 @@
 // `cohort sim` as a user runs it: the report of a preset, a change while it runs (--at) giving what
 // the engine gives, the optimum next to Young/Daly, and one line per bad input. No torch.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -122,6 +126,20 @@ TEST(SimCli, AParameterFileThatIsNoRegularFileIsOneLine) {
     EXPECT_EQ(r.output, "cohort sim: error: " + expected + "\n") << args;
   }
   run_shell("rm -rf " + dir);
+}
+
+// 100,000 nested arrays (200 KB) as a parameter's value overflowed the stack (SIGSEGV, issue 50);
+// as a calibration too. One line naming the file now.
+TEST(SimCli, JsonNestedTooDeepIsOneLine) {
+  const std::string file = "/tmp/cohort_sim_deep_" + std::to_string(::getpid()) + ".json";
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  std::ofstream(file) << "{\"cohort_sim_calibration\": " << deep << ", \"nodes\": " << deep << "}";
+  for (const std::string args : {"run --params " + file, "predict --calibration " + file + " /tmp"}) {
+    const auto r = run_shell(kCli + " sim " + args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output.substr(0, 2000);
+    EXPECT_EQ(r.output, "cohort sim: error: " + file + " is nested deeper than 64 levels\n") << args;
+  }
+  std::remove(file.c_str());
 }
 
 TEST(SimCli, ParamsListsEveryParameterWithItsUnit) {
