@@ -39,6 +39,7 @@ struct ShardedDatasetOptions {
   uint64_t window_blocks = 8;  ///< blocks whose samples are mixed with each other
   bool shuffle = true;       ///< false: samples in data set order every epoch
   bool verify_checksums = false;  ///< hash every shard at open (slow on large data: `cohort data verify`)
+  int prefetch_batches = 2;  ///< this rank's next batches read ahead into memory on a background thread (0: none)
 };
 
 /// One prepared data set of a blend, and its weight: a blend of {"prose", 7} and {"code", 3} draws

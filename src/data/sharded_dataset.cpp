@@ -11,6 +11,7 @@
 
 #include "cohort/context.h"
 #include "cohort/error.h"
+#include "data/prefetcher.h"
 #include "data/shards/sample_sources.h"
 #include "runtime/json_fields.h"
 
@@ -21,6 +22,7 @@ struct ShardedDataset::Impl {
   int world = 1;
   ShardedDatasetOptions options;
   std::unique_ptr<data::SampleSources> sources;
+  std::unique_ptr<data::Prefetcher> prefetcher;  // null with prefetch_batches = 0
   mutable std::mutex mutex;
   int64_t epoch = 0;
   int64_t position = 0;  // positions of the epoch's order the whole job consumed
@@ -79,6 +81,8 @@ ShardedDataset::ShardedDataset(const std::vector<BlendSource>& sources, int rank
   if (m.sources->tokens() && options.seq_len <= 0) {
     throw ConfigError(rank, names + " holds tokens: set ShardedDatasetOptions::seq_len (tokens per sample, minus one)");
   }
+  if (options.prefetch_batches < 0) throw ConfigError(rank, "ShardedDataset: a negative prefetch_batches");
+  if (options.prefetch_batches > 0) m.prefetcher = std::make_unique<data::Prefetcher>();
   if (m.sources->epoch_samples() < static_cast<uint64_t>(options.global_batch)) {
     throw ConfigError(rank, names + ": " + std::to_string(m.sources->epoch_samples()) +
                                 " samples, fewer than one global batch (" + std::to_string(options.global_batch) + ")" +
@@ -103,6 +107,18 @@ torch::optional<torch::data::Example<>> ShardedDataset::get_batch(size_t batch_s
     m.position += m.options.global_batch;
   }
   auto at = [&](int64_t j) { return m.sources->at(static_cast<uint64_t>(epoch), static_cast<uint64_t>(first + j * m.world + m.rank)); };
+  if (m.prefetcher) {  // this rank's next batches of the epoch, read while the step computes
+    std::vector<data::Prefetcher::Range> ahead;
+    const int64_t end = m.steps() * m.options.global_batch;
+    for (int64_t b = 1; b <= m.options.prefetch_batches && first + b * m.options.global_batch < end; ++b) {
+      for (int64_t j = 0; j < local; ++j) {
+        const data::SampleRef ref = at(b * m.options.global_batch / m.world + j);
+        const auto span = m.sources->source(ref.source).sample_bytes(ref.sample);
+        ahead.emplace_back(span.first, static_cast<size_t>(span.second));
+      }
+    }
+    m.prefetcher->request(std::move(ahead));
+  }
   if (m.sources->tokens()) {
     const int64_t window = m.options.seq_len + 1;
     torch::Tensor t = torch::empty({local, window}, torch::kInt64);

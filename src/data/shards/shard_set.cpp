@@ -79,6 +79,14 @@ void ShardSet::read_tokens(uint64_t i, int64_t* out) const {
   }
 }
 
+std::pair<const uint8_t*, uint64_t> ShardSet::sample_bytes(uint64_t i) const {
+  if (i >= samples()) throw std::out_of_range("sample " + std::to_string(i) + " of " + std::to_string(samples()));
+  const size_t s = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), i) - starts_.begin() - 1);
+  const uint64_t size = manifest_.item_bytes;
+  if (!manifest_.tokens()) return {shards_[s].data() + (i - starts_[s]) * size, size};
+  return {shards_[s].data() + (i - starts_[s]) * (window_ - 1) * size, window_ * size};
+}
+
 const uint8_t* ShardSet::record(uint64_t i) const {
   if (i >= samples()) throw std::out_of_range("record " + std::to_string(i) + " of " + std::to_string(samples()));
   const size_t s = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), i) - starts_.begin() - 1);

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "data/shards/manifest.h"
@@ -36,6 +37,8 @@ class ShardSet {
   uint64_t samples() const { return starts_.back(); }
   /// Token sample `i`'s window - 1 + 1 tokens, widened to int64 into `out` (window values).
   void read_tokens(uint64_t i, int64_t* out) const;
+  /// Where sample `i`'s bytes are in its mapped shard, and how many (for reading ahead).
+  std::pair<const uint8_t*, uint64_t> sample_bytes(uint64_t i) const;
   /// Record `i`'s item_bytes bytes.
   const uint8_t* record(uint64_t i) const;
   /// Shard `s`'s document offsets (documents + 1 values), or nullptr for records.

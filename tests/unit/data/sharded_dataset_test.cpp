@@ -2,7 +2,10 @@
 // and after any resume — {same world size, 2→1, 1→2, 2→4} × {mid-epoch, epoch boundary, second
 // resume} — the hash of every global batch equals the uninterrupted run's. Ranks are simulated in
 // one process: one dataset per rank, stepped in lockstep.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <torch/torch.h>
 
 #include <cmath>
@@ -12,6 +15,8 @@
 
 #include "cohort/error.h"
 #include "cohort/sharded_dataset.h"
+#include "data/prefetcher.h"
+#include "data/shards/shard_set.h"
 #include "data/shards/shard_writer.h"
 #include "support/files.h"
 
@@ -249,6 +254,41 @@ TEST_F(ShardedDatasetTest, ABlendOfDataSetsWithDifferentTokenizersIsRefused) {
     EXPECT_NE(std::string(e.what()).find("a blend of data sets with different tokenizers: " + dir_->path()), std::string::npos)
         << e.what();
   }
+}
+
+// The read-ahead thread brings evicted pages of a shard back into memory. Where the file system
+// cannot evict (tmpfs), there is nothing to show: skipped.
+TEST(ShardedDatasetPrefetch, ReadsRequestedRangesIntoThePageCache) {
+  TempDir dir("cohort_dataset");
+  data::Manifest base;
+  base.kind = "records";
+  base.item_bytes = 4096;
+  {
+    data::ShardWriter w(dir.path(), base, 64ull << 20);
+    const std::vector<uint8_t> recs(4096 * 2048, 7);  // 8 MiB
+    w.add_records(recs.data(), 2048);
+    w.finish();
+  }
+  const std::string shard = dir.path() + "/shard-00000.bin";
+  const int fd = ::open(shard.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  ::fdatasync(fd);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+  const data::ShardSet set(dir.path(), 0);
+  const uint8_t* first = set.record(1024);  // the second half: 4 MiB, 1024 pages
+  auto resident = [&] {
+    std::vector<unsigned char> pages(1024);
+    EXPECT_EQ(::mincore(const_cast<uint8_t*>(first), 1024 * 4096, pages.data()), 0);
+    int n = 0;
+    for (unsigned char p : pages) n += p & 1;
+    return n;
+  };
+  if (resident() > 512) GTEST_SKIP() << "the page cache kept the shard (tmpfs?): nothing to read ahead";
+  data::Prefetcher prefetcher;
+  prefetcher.request({{first, 1024 * 4096}});
+  prefetcher.wait_idle();
+  EXPECT_EQ(resident(), 1024);
 }
 
 TEST(ShardedDatasetRecords, YieldsRecordBytesInTheGlobalOrder) {

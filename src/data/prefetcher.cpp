@@ -1,0 +1,60 @@
+// Reading mapped ranges ahead on a background thread. See prefetcher.h.
+#include "data/prefetcher.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+namespace cohort::data {
+
+Prefetcher::~Prefetcher() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+    pending_.clear();
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Prefetcher::request(std::vector<Range> ranges) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pending_ = std::move(ranges);
+    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+  }
+  wake_.notify_all();
+}
+
+void Prefetcher::wait_idle() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  idle_.wait(lock, [this] { return (pending_.empty() && !busy_) || stop_; });
+}
+
+void Prefetcher::run() {
+  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    wake_.wait(lock, [this] { return stop_ || !pending_.empty(); });
+    if (stop_) return;
+    const std::vector<Range> ranges = std::move(pending_);
+    pending_.clear();
+    busy_ = true;
+    lock.unlock();
+    for (const Range& r : ranges) {
+      if (r.second == 0) continue;
+      const uintptr_t first = reinterpret_cast<uintptr_t>(r.first) & ~(page - 1);
+      const uintptr_t end = reinterpret_cast<uintptr_t>(r.first) + r.second;
+      ::madvise(reinterpret_cast<void*>(first), end - first, MADV_WILLNEED);
+      // One load a page: this thread waits for the disk, the trainer does not. The first page
+      // starts before the range (aligned down); the range's own first byte is in it.
+      for (uintptr_t p = reinterpret_cast<uintptr_t>(r.first); p < end; p = (p & ~(page - 1)) + page) {
+        (void)*reinterpret_cast<const volatile uint8_t*>(p);
+      }
+    }
+    lock.lock();
+    busy_ = false;
+    if (pending_.empty()) idle_.notify_all();
+  }
+}
+
+}  // namespace cohort::data
