@@ -15,140 +15,112 @@
 
 namespace cohort::detail {
 
-struct DataParallelCore::Impl {
-  std::shared_ptr<torch::nn::Module> module;
-  std::shared_ptr<Context> ctx;
-  DDPOptions options;
-  std::vector<torch::Tensor> params;   // all parameters (broadcast, in-sync check)
-  std::vector<torch::Tensor> buffers;
-  std::shared_ptr<GradReducer> reducer;
-  std::vector<NamedTensor> named;              // parameters and buffers, for the same-model check
-  std::vector<GradReducer::Param> trainable;   // what the reducer averages
-  StepMonitor* monitor = nullptr;  // the one current at construction (cohort/monitor.h)
-  int64_t rejoin_listener = -1;
-  // Names this DDP's keys in the store (the hierarchical allreduce's), taken once at construction:
-  // after a rejoin the survivors' connect() must use the number the replacement's constructor
-  // takes, and both took it in the same order of construction.
-  int64_t sequence = 0;
-
-  // Everything the constructor does with the other ranks, in order: the same-model check, rank 0's
-  // state to all, the choice of allreduce, the reducer. After a rejoin (keep_running.h) the
-  // survivors do it again, meeting the replacement's constructor.
-  void connect();
-};
-
-void DataParallelCore::Impl::connect() {
-  Context& c = *ctx;
-  const auto device = params.front().device();
+void DataParallelCore::connect() {
+  Context& c = *ctx_;
+  const auto device = params_.front().device();
   const char* algos[] = {"automatic", "flat", "hierarchical"};
-  check_same_model(c, named,
-                   "comm hook '" + (options.comm_hook ? options.comm_hook->describe() : "none") + "'\n" +
-                       "allreduce '" + algos[static_cast<int>(options.allreduce)] + "'\n");
-  std::vector<torch::Tensor> state = params;
-  state.insert(state.end(), buffers.begin(), buffers.end());
-  broadcast_from_rank0(*c.group(device), state, static_cast<int64_t>(options.bucket_cap_mb * 1024 * 1024) + 1);
+  check_same_model(c, named_,
+                   "comm hook '" + (options_.comm_hook ? options_.comm_hook->describe() : "none") + "'\n" +
+                       "allreduce '" + algos[static_cast<int>(options_.allreduce)] + "'\n");
+  std::vector<torch::Tensor> state = params_;
+  state.insert(state.end(), buffers_.begin(), buffers_.end());
+  broadcast_from_rank0(*c.group(device), state, static_cast<int64_t>(options_.bucket_cap_mb * 1024 * 1024) + 1);
   std::unique_ptr<ReducerComm> comm;
-  if (!options.reference_mode && device.is_cpu() && options.allreduce != AllreduceAlgo::flat) {
+  if (!options_.reference_mode && device.is_cpu() && options_.allreduce != AllreduceAlgo::flat) {
     std::string why;
-    comm = HierarchicalComm::create(c, sequence, why);  // collective; null on every rank alike
-    if (!comm && options.allreduce == AllreduceAlgo::hierarchical) {
+    comm = HierarchicalComm::create(c, sequence_, why);  // collective; null on every rank alike
+    if (!comm && options_.allreduce == AllreduceAlgo::hierarchical) {
       throw ConfigError(c.rank(), "DDP allreduce 'hierarchical' is not possible in this job: " + why);
     }
   }
-  reducer = GradReducer::create(trainable, c.group(device), detail::ContextInternals::shm_allreduce(c), c.rank(),
-                                c.world_size(), options, monitor, std::move(comm));
+  reducer_ = GradReducer::create(trainable_, c.group(device), detail::ContextInternals::shm_allreduce(c), c.rank(),
+                                 c.world_size(), options_, monitor_, std::move(comm));
 }
 
 DataParallelCore::DataParallelCore(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Context> ctx,
                                    DDPOptions options)
-    : impl_(std::make_unique<Impl>()) {
-  COHORT_CHECK(ctx != nullptr, "DistributedDataParallel needs a Context (cohort::init())");
-  impl_->module = std::move(module);
-  impl_->ctx = std::move(ctx);
-  impl_->options = options;
-  Context& c = *impl_->ctx;
+    : module_(std::move(module)), ctx_(std::move(ctx)), options_(std::move(options)) {
+  COHORT_CHECK(ctx_ != nullptr, "DistributedDataParallel needs a Context (cohort::init())");
+  Context& c = *ctx_;
 
-  std::vector<NamedTensor>& named = impl_->named;
-  std::vector<GradReducer::Param>& trainable = impl_->trainable;
-  for (const auto& p : impl_->module->named_parameters(/*recurse=*/true)) {
-    named.push_back({"parameter", p.key(), p.value()});
-    impl_->params.push_back(p.value());
-    if (p.value().requires_grad()) trainable.push_back({p.key(), p.value()});
+  for (const auto& p : module_->named_parameters(/*recurse=*/true)) {
+    named_.push_back({"parameter", p.key(), p.value()});
+    params_.push_back(p.value());
+    if (p.value().requires_grad()) trainable_.push_back({p.key(), p.value()});
   }
-  for (const auto& b : impl_->module->named_buffers(/*recurse=*/true)) {
-    named.push_back({"buffer", b.key(), b.value()});
-    impl_->buffers.push_back(b.value());
+  for (const auto& b : module_->named_buffers(/*recurse=*/true)) {
+    named_.push_back({"buffer", b.key(), b.value()});
+    buffers_.push_back(b.value());
   }
-  if (impl_->params.empty()) throw ConfigError(c.rank(), "DistributedDataParallel: the module has no parameters");
-  const auto device = impl_->params.front().device();
-  for (const auto& t : impl_->params) {
+  if (params_.empty()) throw ConfigError(c.rank(), "DistributedDataParallel: the module has no parameters");
+  const auto device = params_.front().device();
+  for (const auto& t : params_) {
     if (t.device() != device) {
       throw ConfigError(c.rank(), "DistributedDataParallel: parameters on several devices (" + device.str() + ", " +
                                       t.device().str() + ") are not supported; move the module to one device");
     }
   }
-  impl_->monitor = &current_step_monitor();
-  impl_->monitor->set_identity(c.rank(), c.world_size(), c.env().restart_count);
-  if (device.is_cuda()) impl_->monitor->note_cuda_device(std::max<int>(0, device.index()));
-  impl_->sequence = ContextInternals::next_sequence(c);
-  impl_->connect();
+  monitor_ = &current_step_monitor();
+  monitor_->set_identity(c.rank(), c.world_size(), c.env().restart_count);
+  if (device.is_cuda()) monitor_->note_cuda_device(std::max<int>(0, device.index()));
+  sequence_ = ContextInternals::next_sequence(c);
+  connect();
   // Released before a rejoin: the old reducer's hooks go, and with it what it holds of the old groups.
-  impl_->rejoin_listener = ContextInternals::add_rejoin_listener(
-      c, "DistributedDataParallel", [impl = impl_.get()] { impl->reducer.reset(); }, [impl = impl_.get()] { impl->connect(); });
+  rejoin_listener_ = ContextInternals::add_rejoin_listener(
+      c, "DistributedDataParallel", [this] { reducer_.reset(); }, [this] { connect(); });
 }
 
 DataParallelCore::~DataParallelCore() {
-  if (impl_->rejoin_listener >= 0) ContextInternals::remove_rejoin_listener(*impl_->ctx, impl_->rejoin_listener);
+  if (rejoin_listener_ >= 0) ContextInternals::remove_rejoin_listener(*ctx_, rejoin_listener_);
 }
 
 void DataParallelCore::before_forward() {
-  if (impl_->options.broadcast_buffers && !impl_->buffers.empty() && impl_->ctx->world_size() > 1 &&
-      impl_->module->is_training()) {
-    broadcast_from_rank0(*impl_->ctx->group(impl_->buffers.front().device()), impl_->buffers,
-                         static_cast<int64_t>(impl_->options.bucket_cap_mb * 1024 * 1024) + 1);
+  if (options_.broadcast_buffers && !buffers_.empty() && ctx_->world_size() > 1 && module_->is_training()) {
+    broadcast_from_rank0(*ctx_->group(buffers_.front().device()), buffers_,
+                         static_cast<int64_t>(options_.bucket_cap_mb * 1024 * 1024) + 1);
   }
 }
 
 bool DataParallelCore::forward_begin(int64_t samples) {
   // Only training forwards: an evaluation inside the loop stays in the phase it happens in.
-  if (!impl_->monitor->enabled() || !torch::GradMode::is_enabled() || !impl_->module->is_training()) return false;
-  impl_->monitor->forward_begin(samples);
+  if (!monitor_->enabled() || !torch::GradMode::is_enabled() || !module_->is_training()) return false;
+  monitor_->forward_begin(samples);
   return true;
 }
 
 void DataParallelCore::forward_end(bool marked) {
-  if (marked) impl_->monitor->mark(Phase::backward);
+  if (marked) monitor_->mark(Phase::backward);
 }
 
-void DataParallelCore::set_sync(bool enabled) { impl_->reducer->set_sync(enabled); }
-bool DataParallelCore::sync_enabled() const { return impl_->reducer->sync_enabled(); }
-DDPStats DataParallelCore::stats() const { return impl_->reducer->stats(); }
-std::vector<std::vector<std::string>> DataParallelCore::bucket_layout() const { return impl_->reducer->bucket_layout(); }
+void DataParallelCore::set_sync(bool enabled) { reducer_->set_sync(enabled); }
+bool DataParallelCore::sync_enabled() const { return reducer_->sync_enabled(); }
+DDPStats DataParallelCore::stats() const { return reducer_->stats(); }
+std::vector<std::vector<std::string>> DataParallelCore::bucket_layout() const { return reducer_->bucket_layout(); }
 
 RankState DataParallelCore::hook_state() const {
-  return impl_->options.comm_hook ? impl_->options.comm_hook->state() : RankState{};
+  return options_.comm_hook ? options_.comm_hook->state() : RankState{};
 }
 
 void DataParallelCore::load_hook_state(const RankState& saved, bool same_world) {
-  const int rank = impl_->ctx->rank();
-  if (!impl_->options.comm_hook) {
+  const int rank = ctx_->rank();
+  if (!options_.comm_hook) {
     if (!saved.empty())
       log_warn("the checkpoint holds a DDP comm hook's state (" + saved.text.substr(0, 80) +
                "); this model has no comm hook: not used");
     return;
   }
   try {
-    impl_->options.comm_hook->load_state(saved, same_world);
+    options_.comm_hook->load_state(saved, same_world);
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    throw CheckpointError(rank, "the DDP comm hook '" + impl_->options.comm_hook->describe() +
+    throw CheckpointError(rank, "the DDP comm hook '" + options_.comm_hook->describe() +
                                     "' cannot take the state in the checkpoint: " + e.what());
   }
 }
 
 void DataParallelCore::assert_in_sync() const {
-  assert_same_values(*impl_->ctx, impl_->params, "DistributedDataParallel parameters");
+  assert_same_values(*ctx_, params_, "DistributedDataParallel parameters");
 }
 
 }  // namespace cohort::detail
