@@ -14,7 +14,7 @@
 // Weights: a layer made from sizes draws the whole nn::Linear from the current RNG and keeps its
 // slice, so ranks seeded alike hold the slices of one layer — the same values a one-process run
 // draws (simple; the whole matrix is made once per rank at construction).
-// Not here: vocabulary-parallel embedding and cross-entropy, sequence parallelism, NCCL.
+// Not here: the vocabulary over tp (vocab_parallel.h), sequence parallelism, NCCL.
 #pragma once
 
 #include <torch/torch.h>

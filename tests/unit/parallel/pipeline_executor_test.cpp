@@ -4,7 +4,11 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <map>
+#include <mutex>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -18,8 +22,12 @@ namespace {
 
 constexpr int kWidth = 6;
 
+// The ranks are threads of one process and share its random generator: one draws at a time.
+std::mutex rng_mutex;
+
 // S stages of Linear + Tanh, the same on every rank (one seed).
 std::vector<torch::nn::Sequential> make_stages(int S) {
+  std::lock_guard<std::mutex> lock(rng_mutex);
   torch::manual_seed(7);
   std::vector<torch::nn::Sequential> out;
   for (int s = 0; s < S; ++s) out.push_back(torch::nn::Sequential(torch::nn::Linear(kWidth, kWidth), torch::nn::Tanh()));
@@ -27,6 +35,7 @@ std::vector<torch::nn::Sequential> make_stages(int S) {
 }
 
 StepData make_data(int m) {
+  std::lock_guard<std::mutex> lock(rng_mutex);
   torch::manual_seed(11);
   StepData d;
   for (int i = 0; i < m; ++i) {
@@ -95,6 +104,54 @@ TEST(PipelineExecutor, EveryScheduleGivesOneProcesssGradientsBitwise) {
   }
   expect_like_one_process(ScheduleKind::interleaved_1f1b, 2, 2, 4);
   expect_like_one_process(ScheduleKind::interleaved_1f1b, 4, 2, 4);
+}
+
+// Issue 47's "no hangs": short steps of every schedule on Gloo, of random pipeline depth and
+// microbatch count (the same draws on every rank), each ending on every rank with one process's loss
+// over the same stages and data (checked on the last stage). A hang fails at the collective timeout
+// (20 s) instead of waiting out the test's. 12 steps per schedule here (a few seconds);
+// COHORT_PIPELINE_STEPS=500 runs the issue's 500 per schedule (about 95 s on the 2-core machine).
+TEST(PipelineExecutor, RandomShortStepsOfEveryScheduleNeverHang) {
+  const char* env = std::getenv("COHORT_PIPELINE_STEPS");
+  const int per_schedule = env ? std::max(3, std::atoi(env)) : 12;
+  const ScheduleKind kinds[] = {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::interleaved_1f1b,
+                                ScheduleKind::zb_h1};
+  testing::RankOptions options;
+  options.init.collective_timeout = std::chrono::seconds(20);
+  std::map<ScheduleKind, int> runs;
+  for (int p = 2; p <= 4; ++p) {
+    const int steps = per_schedule / 3 + (p == 4 ? per_schedule % 3 : 0);  // per schedule at this depth
+    // Drawn once, before the ranks start: every rank runs the same list of steps.
+    std::mt19937 draw(1234 + p);
+    std::vector<std::pair<ScheduleKind, int>> plan;
+    std::map<std::pair<int, int>, double> losses;  // per (v, m): one process's loss, same stages and data
+    for (int i = 0; i < 4 * steps; ++i) {
+      const ScheduleKind kind = kinds[i % 4];
+      const int v = kind == ScheduleKind::interleaved_1f1b ? 2 : 1;
+      const int m = v == 2 ? p * (1 + draw() % 3) : 1 + draw() % 8;
+      plan.emplace_back(kind, m);
+      if (!losses.count({v, m})) losses[{v, m}] = reference(p * v, make_data(m)).loss;
+      ++runs[kind];
+    }
+    testing::run_ranks(
+        p,
+        [&](std::shared_ptr<Context> ctx) {
+          DeviceMesh mesh(ctx, {{"pp", p}});
+          const int rank = mesh.coordinate("pp");
+          for (const auto& [kind, m] : plan) {
+            const int v = kind == ScheduleKind::interleaved_1f1b ? 2 : 1;
+            auto all = make_stages(p * v);
+            std::map<int, torch::nn::Sequential> mine;
+            for (int s = rank; s < p * v; s += p) mine[s] = all[s];
+            const double loss = run_schedule(make_schedule(kind, p, v, m), rank, mine, *mesh.group("pp"), make_data(m), mse);
+            if (rank == p - 1) {
+              EXPECT_EQ(loss, (losses.at({v, m}))) << schedule_name(kind) << " p=" << p << " m=" << m;
+            }
+          }
+        },
+        options);
+  }
+  for (ScheduleKind kind : kinds) EXPECT_EQ(runs[kind], per_schedule) << schedule_name(kind);
 }
 
 // pp x dp on one mesh: two pipelines of 2 stages, each on half of the microbatches, their gradients
