@@ -6,6 +6,7 @@
 #include <time.h>  // clock_gettime(CLOCK_PROCESS_CPUTIME_ID): the step's CPU time
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -16,6 +17,7 @@
 #include "cohort/error.h"
 #include "runtime/agent_link/agent_link.h"
 #include "runtime/agent_link/flight_recorder.h"
+#include "runtime/json_fields.h"
 #include "runtime/log.h"
 
 #if defined(USE_C10D_NCCL) && __has_include(<c10/cuda/CUDACachingAllocator.h>)
@@ -62,6 +64,12 @@ std::optional<int64_t> cuda_allocated_bytes(int device) {
 }
 
 void append_escaped(std::string& out, const std::string& s) {
+  // A user's name need not be UTF-8, and the agent's parser refuses the whole datagram over one
+  // byte that is not: past ASCII, nlohmann writes it, with U+FFFD for such bytes.
+  if (std::any_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) >= 0x80; })) {
+    out += dump_text(nlohmann::json(s));
+    return;
+  }
   out += '"';
   for (const char c : s) {
     switch (c) {
@@ -378,7 +386,7 @@ void StepMonitor::send_event(const std::string& kind, int64_t step, const std::s
       j["fields"] = fields;                                      // ... and together
     }
   }
-  link->send(j.dump());
+  link->send(dump_text(j));  // the message names a path: any bytes
 }
 
 void StepMonitor::checkpoint_saved(int64_t step, const std::string& path, int64_t bytes, double seconds) {
@@ -388,7 +396,7 @@ void StepMonitor::checkpoint_saved(int64_t step, const std::string& path, int64_
   const auto slash = path.rfind('/');
   const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
   nlohmann::json fields = {{"path", path}, {"bytes", bytes}, {"seconds", seconds}};
-  send_event("checkpoint_saved", step, "checkpoint " + name + text, fields.dump());
+  send_event("checkpoint_saved", step, "checkpoint " + name + text, dump_text(fields));
 }
 
 void StepMonitor::checkpoint_restored(int64_t step, const std::string& path, bool from_snapshot, double seconds) {
@@ -400,7 +408,7 @@ void StepMonitor::checkpoint_restored(int64_t step, const std::string& path, boo
   send_event("checkpoint_restored", step,
              std::string("restored ") + (from_snapshot ? "in-memory snapshot " : "") + path + " (step " +
                  std::to_string(step) + took + ")",
-             fields.dump());
+             dump_text(fields));
 }
 
 // --- the process's monitor and the thread binding --------------------------------------------------

@@ -152,6 +152,23 @@ TEST(WorkerMonitorDatagram, AnomalyAndCheckpointEventsArrive) {
   EXPECT_EQ(e["message"], "checkpoint step-00000200 committed (12.3 MB, 0.21 s)");
 }
 
+// Bytes that are not UTF-8 (a user's metric name, a Latin-1 checkpoint directory) arrive as U+FFFD
+// (issue 50): the agent's parser refused the metrics datagram with such a name, dropping the step,
+// and the checkpoint's event threw type_error.316 out of the save.
+TEST(WorkerMonitorDatagram, NamesThatAreNotUtf8ArriveReplaced) {
+  AgentSocket agent;
+  cohort::Monitor mon(opts());
+  cohort::ScopedMonitor bind(mon);
+  cohort::monitor().step({{"caf\xe9", 1.5}});
+  auto m = agent.next("metrics");
+  ASSERT_FALSE(m.is_null());
+  EXPECT_EQ(m["scalars"]["caf\xEF\xBF\xBD"], 1.5) << m.dump();
+  cohort::detail::MonitorInternals::of(mon).checkpoint_saved(3, "/x/caf\xe9/step-00000003", 10, 0.1);
+  auto e = agent.next("event");
+  ASSERT_FALSE(e.is_null());
+  EXPECT_EQ(e["fields"]["path"], "/x/caf\xEF\xBF\xBD/step-00000003");
+}
+
 TEST(WorkerMonitorDatagram, CheckpointCommitAndRestoreSendEventsFromRankZero) {
   AgentSocket agent;
   char templ[] = "/tmp/cohort-monitor-ckpt-XXXXXX";
