@@ -193,10 +193,16 @@ nlohmann::json train(M& model, std::shared_ptr<cohort::Context> ctx, const Corpu
   cohort::Context& c = *ctx;
   const GptConfig& cfg = o.model;
   TokenWindows train_set(corpus.train, cfg.seq_len), val_set(corpus.val, cfg.seq_len);
-  if (static_cast<int64_t>(*train_set.size()) < c.world_size() * o.batch || *val_set.size() == 0)
+  // Every rank evaluates at least one validation window (evaluate() takes a multiple of the world
+  // size): fewer, and the validation loss is 0 / 0 on every rank, a NaN in a run that exits 0.
+  if (static_cast<int64_t>(*train_set.size()) < c.world_size() * o.batch ||
+      static_cast<int64_t>(*val_set.size()) < c.world_size())
     throw cohort::ConfigError(c.rank(), "the corpus is too small for --seq-len " + std::to_string(cfg.seq_len) +
                                             " and --batch " + std::to_string(o.batch) + " on " +
                                             std::to_string(c.world_size()) + " ranks");
+  if (o.eval_windows < c.world_size())
+    throw cohort::ConfigError(c.rank(), "--eval-windows " + std::to_string(o.eval_windows) + " is fewer than the " +
+                                            std::to_string(c.world_size()) + " ranks (each evaluates at least one window)");
   cohort::DistributedSampler sampler(*train_set.size(), ctx, {.shuffle = true, .seed = o.seed});
   cohort::FusedAdamW optimizer(model->parameters(), torch::optim::AdamWOptions(o.lr)
                                                         .betas(std::make_tuple(0.9, 0.95))

@@ -179,6 +179,20 @@ TEST(Gpt, ASampleThatIsNotUtf8StillEndsWithTheResultLine) {
   EXPECT_NE(result.value("sample", "").find("\xEF\xBF\xBD"), std::string::npos) << line;
 }
 
+// Evaluation takes a multiple of the world size of windows: with fewer than one per rank it took
+// none, and the run ended with exit 0 and a validation loss of NaN (0 / 0).
+TEST(Gpt, FewerEvalWindowsThanRanksIsOneLineOnEachRank) {
+  if (!have_corpus()) GTEST_SKIP() << "Debian's fortunes package is not installed";
+  const auto r = run_shell(kCohort + " run --nproc-per-node 2 --threads-per-proc 1 -- " + kGpt +
+                           " --preset tiny --seq-len 64 --threads 1 --steps 1 --eval-windows 1");  // kSmall sets 32
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  for (int rank : {0, 1})  // (the launcher's summary repeats a failed rank's last line)
+    EXPECT_TRUE(contains(r.output, "[" + std::to_string(rank) + "] gpt: rank " + std::to_string(rank) +
+                                       ": --eval-windows 1 is fewer than the 2 ranks (each evaluates at least one window)\n"))
+        << r.output;
+  EXPECT_FALSE(contains(r.output, "NaN") || contains(r.output, "null")) << r.output;
+}
+
 TEST(Gpt, BadInputIsOneLineAndANonZeroExit) {
   const fs::path dir = fs::temp_directory_path() / ("cohort_gpt_bad_" + std::to_string(::getpid()));
   fs::create_directories(dir);
