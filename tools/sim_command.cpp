@@ -324,6 +324,7 @@ CLI::App* add_sim_command(CLI::App& app, SimOptions& o) {
   g_commands.predict->footer("Exit status 1 when a prediction is outside the tolerance.");
 
   g_commands.serve = add_sim_serve_command(*sim, o);
+  add_sim_pipeline_command(*sim);
   return sim;
 }
 
@@ -335,6 +336,7 @@ int run_sim_command(CLI::App& /*sim*/, const SimOptions& o) {
     if (g_commands.published->parsed()) return run_published(o);
     if (g_commands.calibrate->parsed()) return run_calibrate(o);
     if (g_commands.predict->parsed()) return run_predict(o);
+    if (sim_pipeline_parsed()) return run_sim_pipeline();
     if (g_commands.serve->parsed()) {
       sim::Params p;
       std::vector<std::string> errors;

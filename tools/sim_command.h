@@ -38,4 +38,9 @@ CLI::App* add_sim_command(CLI::App& app, SimOptions& options);
 /// Runs the subcommand that was parsed; returns the exit status.
 int run_sim_command(CLI::App& sim, const SimOptions& options);
 
+/// `cohort sim pipeline` (sim_pipeline.cpp): a pipeline schedule's step at given costs.
+CLI::App* add_sim_pipeline_command(CLI::App& sim);
+bool sim_pipeline_parsed();
+int run_sim_pipeline();
+
 }  // namespace cohort::tools
