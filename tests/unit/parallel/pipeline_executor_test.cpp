@@ -15,6 +15,7 @@
 #include "cohort/device_mesh.h"
 #include "cohort/error.h"
 #include "parallel/pipeline/executor.h"
+#include "parallel/pipeline/stages.h"
 #include "support/thread_ranks.h"
 
 namespace cohort::pipeline {
@@ -180,6 +181,39 @@ TEST(PipelineExecutor, PipelinesOnAMeshComposeWithDataParallelism) {
           << "rank " << ctx->rank() << " stage " << stage << " parameter " << k;
     }
   });
+}
+
+// One model cut into stages (stages_of_rank): the stages share its layers, and training them over
+// the pipeline gives the whole model's gradients, the same tensors as one process's.
+TEST(PipelineExecutor, AModelCutIntoStagesTrainsAsAWhole) {
+  const int p = 2, v = 2, m = 4;
+  const StepData data = make_data(m);
+  const Reference ref = reference(p * v, data);
+  const Schedule schedule = make_schedule(ScheduleKind::interleaved_1f1b, p, v, m);
+  testing::run_ranks(p, [&](std::shared_ptr<Context> ctx) {
+    DeviceMesh mesh(ctx, {{"pp", p}});
+    torch::nn::Sequential model;
+    for (auto& stage : make_stages(p * v))
+      for (auto& layer : *stage) model->push_back(layer);  // 8 layers: Linear, Tanh, ...
+    auto mine = stages_of_rank(model, schedule, mesh.coordinate("pp"), ctx->rank());
+    ASSERT_EQ(mine.size(), 2u);
+    run_schedule(schedule, mesh.coordinate("pp"), mine, *mesh.group("pp"), data, mse);
+    for (auto& [s, stage] : mine) {
+      const auto params = stage->parameters();
+      ASSERT_EQ(params.size(), 2u);
+      // Layer 2s is stage s's Linear: its parameters are the model's own.
+      EXPECT_TRUE(params[0].is_same(model[2 * s]->parameters()[0]));
+      for (size_t k = 0; k < params.size(); ++k)
+        EXPECT_TRUE(torch::equal(params[k].grad(), ref.grads[s][k])) << "stage " << s << " parameter " << k;
+    }
+  });
+  try {
+    stages_of_rank(torch::nn::Sequential(torch::nn::Tanh(), torch::nn::Tanh(), torch::nn::Tanh()), schedule, 0, 0);
+    ADD_FAILURE() << "3 layers cut into 4 stages";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()), "rank 0: pipeline: the model's 3 layers do not divide into 4 stages (2 pipeline "
+                                     "ranks x 2 stages per rank); give a layer count that is a multiple of the stages");
+  }
 }
 
 TEST(PipelineExecutor, RanksRunningDifferentListsFailNamingStageAndMicrobatch) {
