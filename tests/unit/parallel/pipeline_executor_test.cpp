@@ -16,6 +16,7 @@
 #include "cohort/error.h"
 #include "parallel/pipeline/executor.h"
 #include "parallel/pipeline/stages.h"
+#include "parallel/pipeline/tied.h"
 #include "support/thread_ranks.h"
 
 namespace cohort::pipeline {
@@ -214,6 +215,41 @@ TEST(PipelineExecutor, AModelCutIntoStagesTrainsAsAWhole) {
     EXPECT_EQ(std::string(e.what()), "rank 0: pipeline: the model's 3 layers do not divide into 4 stages (2 pipeline "
                                      "ranks x 2 stages per rank); give a layer count that is a multiple of the stages");
   }
+}
+
+// A layer used by the first and the last stage (as the GPT ties its embedding and head): each end
+// holds a copy, TiedGradients sums their gradients, and both equal the one shared layer's gradient
+// of one process (to rounding: the sum is taken in another order).
+TEST(PipelineExecutor, TiedParametersOfTheFirstAndLastStagesSumTheirGradients) {
+  const int p = 2, m = 3;
+  const StepData data = make_data(m);
+  auto make_layers = [] {
+    std::lock_guard<std::mutex> lock(rng_mutex);
+    torch::manual_seed(21);
+    return std::make_pair(torch::nn::Linear(kWidth, kWidth), torch::nn::Linear(kWidth, kWidth));
+  };
+  auto [tied, middle] = make_layers();  // one process: x -> tied -> tanh -> middle -> tanh -> tied
+  for (int i = 0; i < m; ++i) {
+    const at::Tensor y = tied(torch::tanh(middle(torch::tanh(tied(data.inputs[i])))));
+    (mse(y, data.targets[i]) / m).backward();
+  }
+  const Schedule schedule = make_schedule(ScheduleKind::one_f_one_b, p, 1, m);
+  testing::run_ranks(p, [&](std::shared_ptr<Context> ctx) {
+    DeviceMesh mesh(ctx, {{"pp", p}});
+    TiedGradients tie(ctx, mesh, schedule);
+    EXPECT_TRUE(tie.holds());
+    auto [my_tied, my_middle] = make_layers();  // this rank's copies
+    const int rank = mesh.coordinate("pp");
+    std::map<int, torch::nn::Sequential> mine;
+    if (rank == 0) mine[0] = torch::nn::Sequential(my_tied, torch::nn::Tanh());
+    if (rank == 1) mine[1] = torch::nn::Sequential(my_middle, torch::nn::Tanh(), my_tied);
+    run_schedule(schedule, rank, mine, *mesh.group("pp"), data, mse);
+    tie.sum(my_tied->parameters());
+    const auto want = tied->parameters();
+    for (size_t k = 0; k < want.size(); ++k) {
+      EXPECT_TRUE(torch::allclose(my_tied->parameters()[k].grad(), want[k].grad(), 1e-5, 1e-7)) << "rank " << rank << " " << k;
+    }
+  });
 }
 
 TEST(PipelineExecutor, RanksRunningDifferentListsFailNamingStageAndMicrobatch) {
