@@ -34,10 +34,14 @@ class CosineSchedule : public cohort::Stateful {
   void load_state_dict(const std::string& state) override {
     const auto j = nlohmann::json::parse(state);
     const nlohmann::json mine{{"max_lr", max_lr_}, {"min_lr", min_lr_}, {"warmup", warmup_}, {"total", total_}};
-    for (const auto& [key, value] : mine.items())
-      if (j.at(key) != value)
-        throw std::runtime_error("saved with " + key + " " + j.at(key).dump() + ", this run has " + value.dump() +
-                                 " (use a new --ckpt-dir for another schedule)");
+    for (const auto& [key, value] : mine.items()) {
+      const auto& saved = j.at(key);
+      // A number is shown; anything else by its kind: dumping 100,000 nested arrays from a damaged
+      // checkpoint would overflow the stack.
+      if (saved != value)
+        throw std::runtime_error("saved with " + key + " " + (saved.is_number() ? saved.dump() : std::string(saved.type_name())) +
+                                 ", this run has " + value.dump() + " (use a new --ckpt-dir for another schedule)");
+    }
     step_ = j.at("step").get<int64_t>();
   }
 

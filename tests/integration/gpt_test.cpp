@@ -193,6 +193,33 @@ TEST(Gpt, FewerEvalWindowsThanRanksIsOneLineOnEachRank) {
   EXPECT_FALSE(contains(r.output, "NaN") || contains(r.output, "null")) << r.output;
 }
 
+// A damaged checkpoint whose schedule state nests 100,000 arrays deep (inside the manifest's
+// string, past the manifest's own depth cap): one line, not SIGSEGV; the example showed the saved
+// value, and dumping it overflowed the stack (issue 50).
+TEST(Gpt, ADeeplyNestedScheduleStateIsOneLine) {
+  if (!have_corpus()) GTEST_SKIP() << "Debian's fortunes package is not installed";
+  const fs::path dir = fs::temp_directory_path() / ("cohort_gpt_deep_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const std::string run = "env -i " + kGpt + kSmall + " --steps 1 --sample-tokens 0 --ckpt-every 1 --ckpt-dir " + dir.string();
+  ASSERT_EQ(run_shell(run).exit_code, 0);
+  const fs::path manifest = dir / "step-00000001" / "manifest.json";
+  std::string text;
+  {
+    std::ifstream in(manifest);
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const std::string field = "{\\\"max_lr\\\":";  // in the manifest, the state is a JSON string
+  const auto at = text.find(field);
+  ASSERT_NE(at, std::string::npos) << text;
+  text.insert(at + field.size(), std::string(100000, '[') + std::string(100000, ']') + ",\\\"was\\\":");
+  std::ofstream(manifest, std::ios::trunc) << text;
+  const auto r = run_shell(run);
+  EXPECT_EQ(r.exit_code, 2) << r.output.substr(0, 2000);
+  EXPECT_EQ(r.output, "gpt: rank 0: " + (dir / "step-00000001").string() + ": the state of \"schedule\" does not load: saved "
+                      "with max_lr array, this run has 0.001 (use a new --ckpt-dir for another schedule)\n");
+  fs::remove_all(dir);
+}
+
 TEST(Gpt, BadInputIsOneLineAndANonZeroExit) {
   const fs::path dir = fs::temp_directory_path() / ("cohort_gpt_bad_" + std::to_string(::getpid()));
   fs::create_directories(dir);
