@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# docs_code_test.sh CXX FLAGS_FILE SOURCE_DIR: every ```cpp block of README.md and docs/*.md
+# docs_code_test.sh CXX FLAGS_FILE SOURCE_DIR: every ```cpp block of README.md and docs/**/*.md
 # compiles as C++17 (-pedantic-errors, syntax only) against cohort's headers. A block is the body
 # of a function of its own, or sits at namespace scope where it defines functions or types
 # (`int main() {`, `struct`, ...); its #include lines go to the top. What the blocks leave to the
@@ -15,7 +15,7 @@ dir="$(mktemp -d /tmp/cohort-docs-code.XXXXXX)"
 trap 'rm -rf "$dir"' EXIT
 tu="$dir/docs_blocks.cpp"
 cd "$src"
-files=(README.md docs/*.md)
+mapfile -t files < <(echo README.md; find docs -name "*.md" | sort)  # docs/ and its subfolders
 # One awk pass over all files: block bodies into the TU, includes first, a summary on stderr.
 awk -v tu="$tu" -v inc="$dir/includes" '
   function flush(   i, scope, body) {
