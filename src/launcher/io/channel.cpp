@@ -137,7 +137,7 @@ std::string Channel::sealed(const std::string& text) {
 bool Channel::send(const nlohmann::json& message) {
   std::lock_guard<std::mutex> lock(send_mu_);
   if (!learn_peer_nonce(kHelloWaitMs)) return false;  // no hello: not a peer we can talk to
-  const std::string line = sealed(message.dump());
+  const std::string line = sealed(detail::dump_text(message));  // a summary quotes worker output: any bytes
   if (!unsent_.empty()) {  // whole lines only: what is queued goes first
     if (!write_all(fd_, unsent_)) return false;
     unsent_.clear();

@@ -85,3 +85,18 @@ TEST(LauncherMessages, ChannelStopsAtTheFirstMessageThatIsNotOne) {
   EXPECT_FALSE(writer.receive(none));  // and the sender was told why
   EXPECT_NE(writer.refusal().find("\"round\" is \"x\""), std::string::npos) << writer.refusal();
 }
+
+// A failure's summary quotes the worker's last lines of output, which may hold any bytes: the
+// channel sends them with U+FFFD (issue 50); dump() threw type_error.316 into the agent.
+TEST(LauncherMessages, ASummaryQuotingOutputThatIsNotUtf8IsSentReplaced) {
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  const std::string token(64, 'k');
+  Channel reader(sv[0], token), writer(sv[1], token);
+  ASSERT_TRUE(writer.send({{"type", "fail"}, {"round", 0}, {"summary", "rank 0 exited with 1:\n    [0] caf\xe9\n"}}));
+  ASSERT_TRUE(writer.send({{"type", "beat"}}));
+  std::vector<json> got;
+  EXPECT_TRUE(reader.receive(got));
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0]["summary"], "rank 0 exited with 1:\n    [0] caf\xEF\xBF\xBD\n");
+}
