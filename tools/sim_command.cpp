@@ -229,7 +229,7 @@ int run_calibrate(const SimOptions& o) {
   if (!errors.empty()) return fail(errors);
   const int cores = o.cores > 0 ? o.cores : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const sim::Calibration c = sim::calibrate(runs, cores, o.shared_machine);
-  const std::string text = sim::calibration_json(c).dump(2);
+  const std::string text = cohort::detail::dump_text(sim::calibration_json(c), 2);  // run directories: any bytes
   if (o.output.empty()) {
     std::cout << text << std::endl;
   } else {
@@ -274,7 +274,7 @@ int run_predict(const SimOptions& o) {
                 << pr.step_error * 100 << std::noshowpos << " %)" << (ok ? "" : "  OUTSIDE the tolerance") << "\n";
     }
   }
-  if (o.json) std::cout << out.dump(o.pretty ? 2 : -1) << std::endl;
+  if (o.json) std::cout << cohort::detail::dump_text(out, o.pretty ? 2 : -1) << std::endl;  // run directories: any bytes
   return all_within ? 0 : 1;
 }
 

@@ -128,3 +128,21 @@ TEST(SimCalibrateLoad, ARealRunBesideBusyProcessesIsRefused) {
   EXPECT_TRUE(contains(c.output, "ran while other work loaded the machine")) << c.output;
   if (!HasFailure()) run_shell("rm -rf " + d);
 }
+
+// A run directory's name need not be UTF-8 (a Latin-1 file system): the calibration and predict's
+// --json name it with U+FFFD (issue 50); dumping the name threw type_error.316 before.
+TEST(SimCalibrateLoad, ARunDirectoryNamedInLatin1IsWrittenReplaced) {
+  const std::string d = load_dir("latin1");
+  const std::string run = crafted_log(d + "/caf\xe9", 0, 0);
+  const auto c = run_shell(kLoadCli + " sim calibrate --cores 2 -o " + d + "/cal.json " + run);
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  std::ifstream in(d + "/cal.json");
+  const json cal = json::parse(in, nullptr, false);
+  ASSERT_TRUE(cal.is_object());
+  EXPECT_EQ(cal["runs"][0]["dir"], d + "/caf\xEF\xBF\xBD");
+  const auto p = run_shell(kLoadCli + " sim predict --json --calibration " + d + "/cal.json " + run + " 2>/dev/null");
+  const json predicted = json::parse(p.output, nullptr, false);
+  ASSERT_TRUE(predicted.is_array()) << p.output;
+  EXPECT_EQ(predicted[0]["dir"], d + "/caf\xEF\xBF\xBD");
+  if (!HasFailure()) run_shell("rm -rf " + d);
+}
