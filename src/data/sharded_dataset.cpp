@@ -23,6 +23,10 @@ struct ShardedDataset::Impl {
   ShardedDatasetOptions options;
   std::unique_ptr<data::SampleSources> sources;
   std::unique_ptr<data::Prefetcher> prefetcher;  // null with prefetch_batches = 0
+  // Samples read since their pages were last released; guarded by `mutex`.
+  std::vector<std::pair<size_t, uint64_t>> read;
+  uint64_t read_bytes = 0;
+  void note_read(const std::vector<std::pair<size_t, uint64_t>>& samples, uint64_t bytes);
   mutable std::mutex mutex;
   int64_t epoch = 0;
   int64_t position = 0;  // positions of the epoch's order the whole job consumed
@@ -30,6 +34,11 @@ struct ShardedDataset::Impl {
 };
 
 namespace {
+
+// Read pages of the mapped shards count in the resident set until unmapped; every this many bytes
+// read, they are (they stay in the page cache). Fewer, merged calls than one a sample: a page
+// released too early is read again as a minor fault, and each madvise flushes the TLB.
+constexpr uint64_t kReleaseEveryBytes = 8ull << 20;
 
 std::string without_rank_prefix(const std::string& what) {
   return what.rfind("cohort: ", 0) == 0 ? what.substr(8) : what;  // ShardSet's errors know no rank
@@ -106,6 +115,7 @@ torch::optional<torch::data::Example<>> ShardedDataset::get_batch(size_t batch_s
     first = m.position;
     m.position += m.options.global_batch;
   }
+  std::vector<std::pair<size_t, uint64_t>> done;  // what this batch read, for note_read()
   auto at = [&](int64_t j) { return m.sources->at(static_cast<uint64_t>(epoch), static_cast<uint64_t>(first + j * m.world + m.rank)); };
   if (m.prefetcher) {  // this rank's next batches of the epoch, read while the step computes
     std::vector<data::Prefetcher::Range> ahead;
@@ -126,7 +136,9 @@ torch::optional<torch::data::Example<>> ShardedDataset::get_batch(size_t batch_s
     for (int64_t j = 0; j < local; ++j) {
       const data::SampleRef ref = at(j);
       m.sources->source(ref.source).read_tokens(ref.sample, out + j * window);
+      done.emplace_back(ref.source, ref.sample);
     }
+    m.note_read(done, static_cast<uint64_t>(t.numel()) * m.sources->source(0).manifest().item_bytes);
     return torch::data::Example<>(t.narrow(1, 0, window - 1).contiguous(), t.narrow(1, 1, window - 1).contiguous());
   }
   const int64_t bytes = static_cast<int64_t>(m.sources->source(0).manifest().item_bytes);
@@ -135,8 +147,27 @@ torch::optional<torch::data::Example<>> ShardedDataset::get_batch(size_t batch_s
   for (int64_t j = 0; j < local; ++j) {
     const data::SampleRef ref = at(j);
     std::memcpy(out + j * bytes, m.sources->source(ref.source).record(ref.sample), static_cast<size_t>(bytes));
+    done.emplace_back(ref.source, ref.sample);
   }
+  m.note_read(done, static_cast<uint64_t>(t.numel()));
   return torch::data::Example<>(t, torch::Tensor());
+}
+
+void ShardedDataset::Impl::note_read(const std::vector<std::pair<size_t, uint64_t>>& samples, uint64_t bytes) {
+  std::vector<std::pair<size_t, uint64_t>> due;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    read.insert(read.end(), samples.begin(), samples.end());
+    read_bytes += bytes;
+    if (read_bytes < kReleaseEveryBytes) return;
+    due.swap(read);
+    read_bytes = 0;
+  }
+  std::vector<std::vector<uint64_t>> by_source(sources->sources());
+  for (const auto& [source, sample] : due) by_source[source].push_back(sample);
+  for (size_t d = 0; d < by_source.size(); ++d) {
+    if (!by_source[d].empty()) sources->source(d).release_samples(std::move(by_source[d]));
+  }
 }
 
 torch::optional<size_t> ShardedDataset::size() const { return static_cast<size_t>(impl_->steps() * local_batch()); }

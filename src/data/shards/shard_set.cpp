@@ -2,6 +2,7 @@
 #include "data/shards/shard_set.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -96,6 +97,33 @@ const uint8_t* ShardSet::record(uint64_t i) const {
 const uint64_t* ShardSet::document_offsets(size_t s) const {
   if (!manifest_.tokens() || s >= indexes_.size()) return nullptr;
   return reinterpret_cast<const uint64_t*>(indexes_[s].data());
+}
+
+void ShardSet::release_samples(std::vector<uint64_t> samples) const {
+  // A fault maps more than the page it needs: up to 64 KiB around it (fault-around), and the whole
+  // of a large folio of the page cache (up to a 2 MiB PMD). So the release covers the 2 MiB-aligned
+  // chunks a sample lies in.
+  constexpr uint64_t kChunk = 2ull << 20;
+  std::sort(samples.begin(), samples.end());
+  size_t shard = 0;
+  uint64_t from = 0, to = 0;  // the range being merged, as offsets in `shard`
+  auto flush = [&] {
+    if (to > from) ::madvise(const_cast<uint8_t*>(shards_[shard].data() + from), to - from, MADV_DONTNEED);
+  };
+  for (uint64_t i : samples) {
+    const auto span = sample_bytes(i);
+    const size_t s = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), i) - starts_.begin() - 1);
+    const uint64_t offset = static_cast<uint64_t>(span.first - shards_[s].data());
+    const uint64_t lo = offset & ~(kChunk - 1);
+    const uint64_t hi = std::min<uint64_t>((offset + span.second + kChunk - 1) & ~(kChunk - 1), shards_[s].size());
+    if (s == shard && lo <= to) {
+      to = std::max(to, hi);
+      continue;
+    }
+    flush();
+    shard = s, from = lo, to = hi;
+  }
+  flush();
 }
 
 void ShardSet::verify() const {

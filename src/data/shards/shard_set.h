@@ -43,6 +43,12 @@ class ShardSet {
   const uint8_t* record(uint64_t i) const;
   /// Shard `s`'s document offsets (documents + 1 values), or nullptr for records.
   const uint64_t* document_offsets(size_t s) const;
+  /// Unmaps the 2 MiB chunks of the mapping `samples` lie in (what the kernel maps on a fault can
+  /// reach that far: fault-around, large folios) from this process
+  /// (madvise DONTNEED on the merged ranges): they stay in the page cache, and a later read is a
+  /// minor fault. Read pages of a shared file mapping count in the resident set until then;
+  /// releasing what was read keeps the resident set flat however large the data set is.
+  void release_samples(std::vector<uint64_t> samples) const;
   /// Checks every shard's (and index's) XXH3 against the manifest; throws ConfigError naming the
   /// first that differs.
   void verify() const;
