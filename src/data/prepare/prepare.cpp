@@ -58,6 +58,12 @@ Manifest prepare_text(const PrepareOptions& o, std::ostream& log) {
   Tokenizer tok = o.vocab > 0            ? Tokenizer::train_bpe(files, o.vocab)
                   : o.tokenizer == "bytes" ? Tokenizer::bytes()
                                          : Tokenizer::sentencepiece_file(o.tokenizer);
+  {  // the word cache's check, on the first chunk of text
+    ChunkReader first(files.front().path, 64u << 10);
+    std::string sample;
+    first.next(sample);
+    tok.check_words(sample);
+  }
   make_out_dir(o.out);
   Manifest base;
   base.kind = "tokens";
@@ -74,7 +80,7 @@ Manifest prepare_text(const PrepareOptions& o, std::ostream& log) {
     if (!model.flush()) throw std::runtime_error(o.out + "/tokenizer.model: write failed");
   }
   log << "prepare: " << files.size() << " file(s), " << total << " bytes, tokenizer " << tok.kind() << " (vocabulary "
-      << tok.vocab_size() << "), " << threads << " thread(s)\n";
+      << tok.vocab_size() << (tok.by_words() ? ", by words" : "") << "), " << threads << " thread(s)\n";
 
   // Rounds of up to 2 tasks per thread: read in order, tokenize in parallel, write in order. The
   // tasks' boundaries depend on the inputs and chunk_bytes only, so the shards do not depend on

@@ -5,6 +5,8 @@
 #include <sentencepiece_trainer.h>
 
 #include <stdexcept>
+#include <string_view>
+#include <unordered_map>
 
 #include "data/shards/manifest.h"
 #include "data/shards/mapped_file.h"
@@ -72,8 +74,8 @@ Tokenizer Tokenizer::from_model(std::string model, const std::string& what) {
   const auto status = t.sp_->LoadFromSerializedProto(model);
   if (!status.ok()) throw std::runtime_error(what + ": not a SentencePiece model (" + status.ToString() + ")");
   t.vocab_ = static_cast<uint64_t>(t.sp_->GetPieceSize());
-  t.eos_ = t.sp_->eos_id();
-  if (t.eos_ >= 0 && !t.sp_->SetEncodeExtraOptions("eos").ok()) t.eos_ = -1;
+  t.eos_ = t.sp_->eos_id();  // appended here after each line, as spm_encode's --extra_options=eos does
+  t.by_words_ = true;         // until check_words() finds a line it would encode differently
   t.hash_ = xxh3_64(model.data(), model.size());
   t.model_ = std::move(model);
   return t;
@@ -97,20 +99,74 @@ Tokenizer Tokenizer::train_bpe(const std::vector<InputFile>& inputs, uint64_t vo
   return from_model(std::move(model), "the trained tokenizer");
 }
 
+void Tokenizer::encode_whole(std::string_view line, std::vector<uint32_t>& out) const {
+  std::vector<int> ids;
+  const auto status = sp_->Encode(line, &ids);
+  if (!status.ok()) throw std::runtime_error("SentencePiece: " + status.ToString());
+  out.insert(out.end(), ids.begin(), ids.end());
+}
+
+// A line word by word, each word's pieces from a cache of this thread. Exact where pieces never
+// cross a space (SentencePiece's split_by_whitespace, its default) and spaces only separate words
+// (a dummy prefix, extra whitespace removed): then encoding "a b" is encoding "a", then "b".
+void Tokenizer::encode_by_words(std::string_view line, std::vector<uint32_t>& out) const {
+  thread_local std::unordered_map<std::string, std::vector<uint32_t>> cache;
+  thread_local uint64_t cache_of = 0;
+  if (cache_of != hash_ || cache.size() > (1u << 20)) {
+    cache.clear();
+    cache_of = hash_;
+  }
+  size_t pos = 0;
+  while (pos < line.size()) {
+    size_t end = line.find(' ', pos);
+    if (end == std::string_view::npos) end = line.size();
+    if (end > pos) {
+      const std::string word(line.substr(pos, end - pos));
+      auto it = cache.find(word);
+      if (it == cache.end()) {
+        std::vector<uint32_t> ids;
+        encode_whole(word, ids);
+        it = cache.emplace(word, std::move(ids)).first;
+      }
+      out.insert(out.end(), it->second.begin(), it->second.end());
+    }
+    pos = end + 1;
+  }
+}
+
 void Tokenizer::encode(const std::string& text, std::vector<uint32_t>& out) const {
   if (!sp_) {
     out.insert(out.end(), reinterpret_cast<const uint8_t*>(text.data()), reinterpret_cast<const uint8_t*>(text.data()) + text.size());
     return;
   }
-  std::vector<int> ids;
   size_t pos = 0;
   while (pos < text.size()) {
     size_t nl = text.find('\n', pos);
     if (nl == std::string::npos) nl = text.size();
-    ids.clear();
-    const auto status = sp_->Encode(std::string_view(text).substr(pos, nl - pos), &ids);
-    if (!status.ok()) throw std::runtime_error("SentencePiece: " + status.ToString());
-    out.insert(out.end(), ids.begin(), ids.end());
+    const std::string_view line = std::string_view(text).substr(pos, nl - pos);
+    if (by_words_) {
+      encode_by_words(line, out);
+    } else {
+      encode_whole(line, out);
+    }
+    if (eos_ >= 0) out.push_back(static_cast<uint32_t>(eos_));
+    pos = nl + 1;
+  }
+}
+
+void Tokenizer::check_words(const std::string& text) {
+  if (!sp_ || !by_words_) return;
+  size_t pos = 0;
+  std::vector<uint32_t> whole, words;
+  while (pos < text.size() && by_words_) {
+    size_t nl = text.find('\n', pos);
+    if (nl == std::string::npos) nl = text.size();
+    const std::string_view line = std::string_view(text).substr(pos, nl - pos);
+    whole.clear();
+    words.clear();
+    encode_whole(line, whole);
+    encode_by_words(line, words);
+    by_words_ = whole == words;
     pos = nl + 1;
   }
 }

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "data/prepare/text_inputs.h"
@@ -36,6 +37,13 @@ class Tokenizer {
 
   /// Appends the tokens of `text` (whole lines) to `out`.
   void encode(const std::string& text, std::vector<uint32_t>& out) const;
+  /// SentencePiece is slow (a few MB/s a core); most of a corpus is words seen before, so lines
+  /// are encoded word by word through a cache — exact for models whose pieces never cross a space
+  /// (SentencePiece's default). This encodes `text`'s lines both ways and turns the cache off for
+  /// good at the first line that differs (a model trained otherwise). Call before encode().
+  void check_words(const std::string& text);
+  /// Whether encode() goes word by word (check_words() found no difference).
+  bool by_words() const { return by_words_; }
 
   const std::string& kind() const { return kind_; }          ///< "bytes" or "sentencepiece"
   uint64_t vocab_size() const { return vocab_; }
@@ -46,9 +54,12 @@ class Tokenizer {
  private:
   Tokenizer() = default;
   static Tokenizer from_model(std::string model, const std::string& what);
+  void encode_whole(std::string_view line, std::vector<uint32_t>& out) const;
+  void encode_by_words(std::string_view line, std::vector<uint32_t>& out) const;
   std::string kind_ = "bytes";
   uint64_t vocab_ = 256;
   int64_t eos_ = -1;
+  bool by_words_ = false;
   std::string model_;
   uint64_t hash_ = 0;
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;

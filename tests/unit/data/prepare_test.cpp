@@ -51,6 +51,7 @@ TEST(DataPrepare, SentencePieceTokensEqualSpmEncodeWithTheSameModel) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const Manifest m = read_manifest(out);
   EXPECT_EQ(m.tokenizer.kind, "sentencepiece");
+  EXPECT_TRUE(contains(r.output, "by words")) << r.output;  // the fast path, checked against spm_encode below
   EXPECT_EQ(m.vocab_size, 400u);
   EXPECT_EQ(m.item_bytes, 2u);
   EXPECT_GT(m.shards.size(), 2u);
@@ -71,6 +72,25 @@ TEST(DataPrepare, SentencePieceTokensEqualSpmEncodeWithTheSameModel) {
   const auto again = run_shell(prepare(kSmall + " --vocab 400 --threads 1 --out " + dir.path() + "/again"));
   ASSERT_EQ(again.exit_code, 0) << again.output;
   EXPECT_EQ(read_manifest(dir.path() + "/again").tokenizer.xxh3, m.tokenizer.xxh3);
+}
+
+// prepare encodes word by word through a cache where that is exact; a model whose pieces cross
+// spaces (split_by_whitespace=false) must be noticed and encoded line by line.
+TEST(DataPrepare, AModelWhosePiecesCrossSpacesStillEqualsSpmEncode) {
+  if (run_shell("command -v spm_encode && command -v spm_train").exit_code != 0) GTEST_SKIP() << "spm_train/spm_encode missing";
+  TempDir dir("cohort_prepare");
+  const std::string model = dir.path() + "/cross";
+  auto r = run_shell("spm_train --input=" + kFortunes + "/debian --model_prefix=" + model +
+                     " --model_type=bpe --vocab_size=600 --split_by_whitespace=false --minloglevel=2 >/dev/null");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_shell(prepare(kFortunes + "/debian --tokenizer " + model + ".model --out " + dir.path() + "/set"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_FALSE(contains(r.output, "by words")) << r.output;
+  const auto enc = run_shell("spm_encode --model=" + model + ".model --output_format=id --extra_options=eos < " + kFortunes + "/debian");
+  std::vector<uint32_t> expected;
+  std::istringstream ids(enc.output);
+  for (uint32_t id; ids >> id;) expected.push_back(id);
+  EXPECT_TRUE(tokens_of(dir.path() + "/set") == expected);
 }
 
 TEST(DataPrepare, OutputIsTheSameForAnyThreadCountAndChunkSize) {
