@@ -19,6 +19,7 @@
 #include "data/shards/shard_set.h"
 #include "data/shards/shard_writer.h"
 #include "support/files.h"
+#include "support/thread_ranks.h"
 
 namespace cohort {
 namespace {
@@ -170,6 +171,31 @@ TEST_F(ShardedDatasetTest, WorksWithTorchsStatefulLoaderAndItsEpochs) {
     (void)batch;
     break;
   }
+}
+
+// Through the Checkpointer (a cohort::Stateful under a name): saved by 2 ranks after 5 steps,
+// restored by 4, whose next batches are those of a 4-rank run that never stopped.
+TEST_F(ShardedDatasetTest, ItsPositionGoesIntoCheckpointsAndRestoresAtAnotherWorldSize) {
+  TempDir checkpoints("cohort_dataset_ckpt");
+  cohort::testing::run_ranks(2, [&](std::shared_ptr<Context> ctx) {
+    ShardedDataset data(dir_->path(), ctx, options());
+    for (int i = 0; i < 5; ++i) ASSERT_TRUE(data.get_batch(static_cast<size_t>(data.local_batch())));
+    torch::nn::Linear model(2, 2);
+    Checkpointer(checkpoints.path(), ctx).save(TrainingState{model.get(), nullptr, nullptr, {{"data", &data}}});
+  });
+  cohort::testing::run_ranks(4, [&](std::shared_ptr<Context> ctx) {
+    ShardedDataset data(dir_->path(), ctx, options());
+    torch::nn::Linear model(2, 2);
+    ASSERT_TRUE(Checkpointer(checkpoints.path(), ctx).restore_latest(TrainingState{model.get(), nullptr, nullptr, {{"data", &data}}}));
+    ShardedDataset uninterrupted(dir_->path(), ctx->rank(), 4, options());
+    for (int i = 0; i < 5; ++i) uninterrupted.get_batch(static_cast<size_t>(uninterrupted.local_batch()));
+    for (int i = 0; i < 3; ++i) {
+      auto got = data.get_batch(static_cast<size_t>(data.local_batch()));
+      auto want = uninterrupted.get_batch(static_cast<size_t>(uninterrupted.local_batch()));
+      ASSERT_TRUE(got && want);
+      EXPECT_TRUE(torch::equal(got->data, want->data)) << "rank " << ctx->rank() << ", step " << 5 + i;
+    }
+  });
 }
 
 TEST_F(ShardedDatasetTest, AChangedDataSetOrTokenizerAtResumeNamesWhatDiffers) {
