@@ -9,7 +9,10 @@
 // JSON; restoring it is a seek, not a replay, and works at another world size.
 //
 // Use it with torch's loader for stateful datasets, batch size G / W, and workers = 0:
-//   cohort::ShardedDataset data("prepared/", ctx, {.seq_len = 256, .global_batch = 64});  // C++20 style; set fields in C++17
+//   cohort::ShardedDatasetOptions options;
+//   options.seq_len = 256;
+//   options.global_batch = 64;
+//   cohort::ShardedDataset data("prepared/", ctx, options);
 //   auto loader = torch::data::make_data_loader(data, torch::data::DataLoaderOptions(data.local_batch()));
 // `data` is a handle: copies share one state, so the copy you keep can go into checkpoints
 // (Checkpointer's UserStates: {{"data", &data}}) while the loader reads through another.
