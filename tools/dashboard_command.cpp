@@ -91,6 +91,11 @@ int run_dashboard_command(const DashboardOptions& options) {
     return 1;
   }
   const std::string log = (fs::path(o.run_dir) / "events.jsonl").string();
+  if (fs::exists(fs::symlink_status(log, ec)) && !fs::is_regular_file(log, ec)) {  // a FIFO would block the reads
+    std::cerr << "cohort dashboard: error: " << log << " is not a regular file (cohort run writes the event log as one)"
+              << std::endl;
+    return 1;
+  }
   if (!fs::is_regular_file(log, ec)) {
     std::cerr << "cohort dashboard: error: no event log " << log
               << " (is " << o.run_dir << " the run directory of a cohort run? it prints its run directory at start)"

@@ -5,6 +5,8 @@
 // the live one showed. Replayed lines are streamed to subscribers, so a page follows a log that is
 // still growing. Not here: finding the new lines of a growing file (tools/dashboard_command.cpp).
 #include <cerrno>
+#include <sys/stat.h>
+
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -44,6 +46,9 @@ size_t Hub::State::replay(std::istream& in) {
 }
 
 size_t Hub::replay_file(const std::string& path) {
+  struct stat st {};  // before opening: a FIFO would block the open until a writer came
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    throw ConfigError(-1, "the event log " + path + " is not a regular file (cohort run writes it as one)");
   std::ifstream in(path);
   if (!in) throw ConfigError(-1, "cannot read the event log " + path + ": " + std::strerror(errno));
   return state_->replay(in);

@@ -1,6 +1,8 @@
 // Calibration from event logs (see calibrate.h).
 #include "calibrate.h"
 
+#include <sys/stat.h>  // stat: the log must be a regular file (a FIFO would block the read)
+
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -99,6 +101,9 @@ void leave_out_loaded_steps(RunSummary& r, const RunLoad& load, std::vector<cons
 
 RunSummary summarize_run(const std::string& dir, bool allow_load, bool shared_machine) {
   const std::string path = dir + "/events.jsonl";
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    throw std::runtime_error(dir + ": " + path + " is not a regular file (cohort run writes the event log as one)");
   std::ifstream in(path);
   if (!in) throw std::runtime_error(dir + ": no event log " + path + " (give the run directory cohort run printed)");
   RunSummary r;

@@ -212,6 +212,10 @@ async function clearErrors() {
     [['dashboard', path.join(empty, 'missing')], /is not a directory/],
     [['dashboard', empty], /no event log .*events\.jsonl/],
   ];
+  // A FIFO as the log would block the open until a writer came (issue 50): refused at once.
+  const fifo = t.tempDir('fifo');
+  require('child_process').execFileSync('mkfifo', [path.join(fifo, 'events.jsonl')]);
+  cases.push([['dashboard', fifo], /events\.jsonl is not a regular file/]);
   const { dir } = await fixture('errors', ['--steps', '5']);
   cases.push([['dashboard', dir, '--host', '0.0.0.0'], /needs a token/]);
   const busy = t.start('busy-dashboard', cohort, ['dashboard', dir]);

@@ -17,6 +17,7 @@
 #include "launcher/io/signal_pipe.h"
 #include "launcher/watch/watch.h"
 #include "launcher/workers/worker_group.h"
+#include "runtime/json_fields.h"
 
 namespace cohort::launcher {
 namespace {
@@ -95,7 +96,8 @@ int collect_records(const Outcome& outcome, WorkerGroup& workers, const Watch& w
     Target t{i, flight_record_path(watch.dump_dir, round, w.place.job.rank, generation), is_stopped(w.pid)};
     if (in_place && t.stopped) continue;  // it is replaced, not continued
     ::unlink(t.path.c_str());  // a record of an earlier run in the same --log-dir must not count
-    link.request(w.pid, nlohmann::json{{"type", "dump"}, {"path", t.path}, {"reason", reason}}.dump());
+    // dump_text: a --log-dir that is not UTF-8 must not throw here, in the middle of a hang.
+    link.request(w.pid, cohort::detail::dump_text(nlohmann::json{{"type", "dump"}, {"path", t.path}, {"reason", reason}}));
     targets.push_back(t);
   }
   if (targets.empty()) return 0;

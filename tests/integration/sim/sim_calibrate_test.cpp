@@ -343,9 +343,11 @@ TEST(SimCalibrateInput, LogsItCannotUseAreNamed) {
       {"calibrate " + torn, torn + ": no step metrics"},
       {"calibrate " + d + "/nophases", "carry no phase times"},
       {"calibrate " + d + "/short", "complete steps in"},
+      {"calibrate " + d + "/fifo", d + "/fifo: " + d + "/fifo/events.jsonl is not a regular file"},  // would block the open
   };
+  run_shell("mkdir -p " + d + "/fifo && mkfifo " + d + "/fifo/events.jsonl");
   for (const auto& c : cases) {
-    const auto r = run_shell(kCli + " sim " + c.args);
+    const auto r = run_shell("timeout -s KILL 20 " + kCli + " sim " + c.args);
     EXPECT_EQ(r.exit_code, 2) << c.args << "\n" << r.output;
     EXPECT_TRUE(contains(r.output, "cohort sim: error: ")) << r.output;
     EXPECT_TRUE(contains(r.output, c.expected)) << c.args << "\n" << r.output;
