@@ -126,6 +126,7 @@ TEST(WorkerMonitorDatagram, MetricsMessageArrivesWithTheSpecFields) {
     // The second step's record carries the first step() call and this step's gradient norm.
     EXPECT_GT(j["monitor_s"].get<double>(), 0);
     EXPECT_LT(j["monitor_s"].get<double>(), step_s);
+    EXPECT_GT(j["cpu_s"].get<double>(), 0) << "the process's CPU time in the step (sim calibrate's load check)";
     EXPECT_TRUE(j["scalars"]["loss"].is_number());
     EXPECT_EQ(j["scalars"]["lr"], 0.1);
   }
@@ -199,6 +200,14 @@ TEST(WorkerMonitorDatagram, CheckpointCommitAndRestoreSendEventsFromRankZero) {
       ADD_FAILURE() << x.what();
     }
   }
+  // First DDP's bucket plan, once, from rank 0 (cohort sim calibrate reads the first bucket's bytes).
+  auto buckets = agent.next("event");
+  ASSERT_FALSE(buckets.is_null());
+  EXPECT_EQ(buckets["kind"], "ddp_buckets");
+  EXPECT_EQ(buckets["rank"], 0);
+  EXPECT_GE(buckets["buckets"].get<int64_t>(), 1) << buckets.dump();
+  EXPECT_GT(buckets["first_bytes"].get<int64_t>(), 0) << buckets.dump();
+  EXPECT_GE(buckets["total_bytes"].get<int64_t>(), buckets["first_bytes"].get<int64_t>()) << buckets.dump();
   auto saved = agent.next("event");
   ASSERT_FALSE(saved.is_null());
   EXPECT_EQ(saved["kind"], "checkpoint_saved");
