@@ -84,8 +84,8 @@ void leave_out_loaded_steps(RunSummary& r, const RunLoad& load, std::vector<cons
                            " measured steps ran while other work loaded the machine (" + cores_text(r.foreign_cores) +
                            " of " + std::to_string(load.cores) + " cores not the job's, " + cores_text(r.steal_cores) +
                            " stolen, on average)";
+  r.loaded_steps = static_cast<long long>(dropped);
   if (clean.size() >= 10) {
-    r.loaded_steps = static_cast<long long>(dropped);
     r.notes.push_back(r.dir + ": " + what + "; fitted on the other " + std::to_string(clean.size()));
     steps = std::move(clean);
   } else if (allow_load) {

@@ -45,7 +45,7 @@ struct RunSummary {
   bool load_measured = false;     // the log has machine samples and the workers' cpu_s
   double foreign_cores = 0;       // the machine's busy cores that were not the job's, mean
   double steal_cores = 0;
-  long long loaded_steps = 0;     // measured steps dropped because other work loaded the machine
+  long long loaded_steps = 0;     // measured steps that ran while other work loaded the machine (left out unless kept)
   double step_cv = 0;             // robust coefficient of variation of rank 0's step times
   std::vector<std::string> notes; // what the reader noticed, a line each (printed by the CLI)
 };

@@ -29,8 +29,8 @@ void RunLoadReader::add(const json& line) {
   } else if (*type == "metrics") {
     const auto node = line.find("node");
     if (!all_nodes_ && node != line.end() && node->is_number_integer() && node->get<int>() != 0) return;
-    const double t = field(line, "t"), cpu = field(line, "cpu_s");
-    if (std::isfinite(t) && cpu >= 0) cpu_.push_back({t, cpu});
+    const double t = field(line, "t"), cpu = field(line, "cpu_s"), step_s = field(line, "step_s");
+    if (std::isfinite(t) && cpu >= 0) cpu_.push_back({std::isfinite(step_s) && step_s > 0 ? t - step_s : t, t, cpu});
   }
 }
 
@@ -41,7 +41,14 @@ RunLoad RunLoadReader::finish() const {
   auto samples = samples_;
   auto cpu = cpu_;
   std::sort(samples.begin(), samples.end(), [](const Sample& a, const Sample& b) { return a.t < b.t; });
-  std::sort(cpu.begin(), cpu.end(), [](const Cpu& a, const Cpu& b) { return a.t < b.t; });
+  std::sort(cpu.begin(), cpu.end(), [](const Cpu& a, const Cpu& b) { return a.t1 < b.t1; });
+  double longest = 0;  // the longest step: how far past a window's end a record may end and still overlap it
+  double first_t0 = INFINITY, last_t1 = -INFINITY;
+  for (const auto& x : cpu) {
+    longest = std::max(longest, x.t1 - x.t0);
+    first_t0 = std::min(first_t0, x.t0);
+    last_t1 = std::max(last_t1, x.t1);
+  }
   load.cores = samples.back().cores;
   load.threshold_cores = load_threshold_cores(load.cores);
   size_t c = 0;
@@ -51,14 +58,28 @@ RunLoad RunLoadReader::finish() const {
     w.t1 = samples[i].t;
     const double dt = w.t1 - w.t0;
     if (!(dt > 0)) continue;
-    // The job's CPU in the window: node 0's records that ended in it (each covers the step before
-    // it; over a window of many steps the edges even out).
+    // The job's CPU in the window: each record's CPU spread evenly over its step, the part inside
+    // the window counted (steps as long as the window — the GPT's half second — would otherwise
+    // put a whole step's CPU in one window and none in the next).
     double job = 0;
-    while (c < cpu.size() && cpu[c].t <= w.t0) ++c;
-    for (size_t k = c; k < cpu.size() && cpu[k].t <= w.t1; ++k) job += cpu[k].cpu_s;
+    while (c < cpu.size() && cpu[c].t1 <= w.t0) ++c;
+    for (size_t k = c; k < cpu.size() && cpu[k].t1 < w.t1 + longest; ++k) {
+      const Cpu& x = cpu[k];
+      const double span = x.t1 - x.t0;
+      if (span <= 0) {
+        if (x.t1 > w.t0 && x.t1 <= w.t1) job += x.cpu_s;
+        continue;
+      }
+      const double overlap = std::min(x.t1, w.t1) - std::max(x.t0, w.t0);
+      if (overlap > 0) job += x.cpu_s * overlap / span;
+    }
     w.foreign_cores = std::max(0.0, samples[i].busy - job / dt);
     w.steal_cores = samples[i].steal;
-    w.loaded = w.foreign_cores + w.steal_cores >= load.threshold_cores;
+    // A window the job's steps do not cover whole also holds CPU outside any step (start-up, the
+    // data's loading, a final evaluation): counted as other work it would flag the first and last
+    // steps of a quiet run. Only windows inside the steps are judged.
+    const bool inside = w.t0 >= first_t0 && w.t1 <= last_t1;
+    w.loaded = inside && w.foreign_cores + w.steal_cores >= load.threshold_cores;
     load.windows.push_back(w);
   }
   return load;

@@ -20,7 +20,7 @@ struct LoadWindow {
   double t0 = 0, t1 = 0;          // wall clock, seconds
   double foreign_cores = 0;       // busy cores not the job's (node 0's ranks)
   double steal_cores = 0;
-  bool loaded = false;            // foreign + steal at least RunLoad::threshold_cores
+  bool loaded = false;            // foreign + steal at least RunLoad::threshold_cores, in a window inside the steps
 };
 
 struct RunLoad {
@@ -51,7 +51,7 @@ class RunLoadReader {
     int cores;
   };
   struct Cpu {
-    double t, cpu_s;
+    double t0, t1, cpu_s;  // the record's step: [t - step_s, t]
   };
   bool all_nodes_ = false;
   std::vector<Sample> samples_;
