@@ -5,6 +5,8 @@
 # without any distributed code, the baseline of scaling efficiency.
 #
 #   bench/ddp_throughput.sh [REPEATS]     (default 3; runs are interleaved, medians are reported)
+#   MODELS="cnn" WORLDS="plain" bench/ddp_throughput.sh 10   (some rows only: models cnn mlp, worlds
+#   plain 1 2 2m 2r as below)
 #
 # Against PyTorch 2.x on the same libtorch: cohort built against the wheel's libtorch
 # (scripts/build-torch2.sh) and the peer run by the wheel's Python (docs/torch2.md):
@@ -88,9 +90,10 @@ print(json.dumps(rows[0]))
 PY
 }
 
+export MODELS=${MODELS:-cnn mlp} WORLDS=${WORLDS:-plain 1 2 2m 2r}
 for (( i = 0; i < repeats; i++ )); do
-  for model in cnn mlp; do
-    for world in plain 1 2 2m 2r; do
+  for model in $MODELS; do
+    for world in $WORLDS; do
       for kind in cohort peer; do run "$kind" "$model" "$world"; done
     done
   done
@@ -113,16 +116,18 @@ labels = {"plain": "1, no DDP (plain)", "1": "1", "2": "2", "2m": "2, peer with 
           "2r": "2, cohort under `cohort run`, peer by hand"}
 print("| model | ranks | cohort samples/s | PyTorch DDP samples/s | cohort / PyTorch | median of the rounds' ratios (min-max) |")
 print("|---|---|---|---|---|---|")
-for model in ["cnn", "mlp"]:
-    for world in ["plain", "1", "2", "2m", "2r"]:
+models, worlds = os.environ["MODELS"].split(), os.environ["WORLDS"].split()
+for model in models:
+    for world in worlds:
         c, n = med("cohort", model, world); p, _ = med("peer", model, world)
         ratios = [a / b for a, b in zip(runs("cohort", model, world), runs("peer", model, world))]
         print(f"| {model} | {labels[world]} | {c:,.0f} | {p:,.0f} | {c / p:.2f}x | "
               f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f}) |")
-print()
-print("| model | scaling efficiency at 2 ranks (2-rank / 2 x own plain process) | cohort | PyTorch |")
-print("|---|---|---|---|")
-for model in ["cnn", "mlp"]:
+if "plain" in worlds and "2" in worlds:
+    print()
+    print("| model | scaling efficiency at 2 ranks (2-rank / 2 x own plain process) | cohort | PyTorch |")
+    print("|---|---|---|---|")
+for model in (models if "plain" in worlds and "2" in worlds else []):
     c2, _ = med("cohort", model, "2"); c1, _ = med("cohort", model, "plain")
     p2, _ = med("peer", model, "2"); p1, _ = med("peer", model, "plain")
     print(f"| {model} | | {c2 / (2 * c1):.2f} | {p2 / (2 * p1):.2f} |")
