@@ -9,7 +9,7 @@
 #include <unordered_map>
 
 #include "data/shards/manifest.h"
-#include "data/shards/mapped_file.h"
+#include "cohort/data_file.h"
 
 namespace cohort::data {
 namespace {
@@ -83,7 +83,7 @@ Tokenizer Tokenizer::from_model(std::string model, const std::string& what) {
 
 Tokenizer Tokenizer::sentencepiece_file(const std::string& path) {
   std::string model, problem;
-  if (!read_small_file(path, kMaxModelBytes, model, problem)) throw std::runtime_error(path + ": " + problem);
+  if (!read_data_file(path, {kMaxModelBytes, "a tokenizer model may have"}, model, problem)) throw std::runtime_error(path + ": " + problem);
   return from_model(std::move(model), path);
 }
 

@@ -7,8 +7,8 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "cohort/data_file.h"
 #include "cohort/error.h"
-#include "data/shards/mapped_file.h"
 #include "runtime/json_fields.h"
 
 namespace cohort::data {
@@ -179,7 +179,7 @@ Manifest Manifest::parse(const std::string& text) {
 Manifest read_manifest(const std::string& dir) {
   const std::string path = dir + "/manifest.json";
   std::string text, problem;
-  if (!read_small_file(path, kMaxManifestBytes, text, problem)) throw ConfigError(-1, path + ": " + problem);
+  if (!read_data_file(path, {kMaxManifestBytes, "a manifest may have"}, text, problem)) throw ConfigError(-1, path + ": " + problem);
   try {
     return Manifest::parse(text);
   } catch (const std::exception& e) {

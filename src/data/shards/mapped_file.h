@@ -32,7 +32,4 @@ class MappedFile {
   uint64_t size_ = 0;
 };
 
-/// Reads a regular file of at most `max_bytes` (never blocks on a FIFO); false with `problem` set.
-bool read_small_file(const std::string& path, uint64_t max_bytes, std::string& text, std::string& problem);
-
 }  // namespace cohort::data
