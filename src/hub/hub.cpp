@@ -234,6 +234,7 @@ void Hub::State::apply_metrics(const json& record, double now) {
   const double step_s = number_or_nan(record, "step_s");
   s.history.push_back({{"step", step}, {"step_s", value_json(step_s)}, {"phases", phases}});
   trim(s.history, options.rank_history);
+  keep_timeline(s, step, record);
 
   WindowPoint p;
   const double comm_wait = number_at(phases, "comm_wait").value_or(0);
@@ -284,6 +285,23 @@ void Hub::State::apply_metrics(const json& record, double now) {
     finalize_through(pending.begin()->first);  // a rank stopped reporting: draw with what came
   }
   if (state_changed) publish_state();
+}
+
+void Hub::State::keep_timeline(RankState& s, int64_t step, const json& record) const {
+  constexpr size_t kMaxSpans = 512;  // a step's spans kept for the page (the worker caps its own too)
+  auto it = record.find("timeline");
+  if (it == record.end() || !it->is_object() || options.timeline_steps == 0) return;
+  auto spans = it->find("spans");
+  if (spans == it->end() || !spans->is_array()) return;
+  // A step at or below the newest kept (a restart resumed from a checkpoint) replaces the tail.
+  while (!s.timelines.empty() && integer_at(s.timelines.back(), "step").value_or(-1) >= step) s.timelines.pop_back();
+  json timeline = *it;
+  if (spans->size() > kMaxSpans) {
+    timeline["spans"].get_ref<json::array_t&>().resize(kMaxSpans);
+    timeline["truncated"] = true;
+  }
+  s.timelines.push_back({{"step", step}, {"timeline", std::move(timeline)}});
+  trim(s.timelines, options.timeline_steps);
 }
 
 // ---- Hub ----

@@ -30,6 +30,7 @@ struct HubOptions {
   size_t history_points = 2000;  // job-level chart points kept (per-step loss, throughput)
   size_t rank_history = 200;     // per-rank step records kept (the step-time view)
   size_t events_kept = 500;      // events kept for the page's timeline
+  size_t timeline_steps = 20;    // per-rank step timelines kept (the timeline panel, issue 49)
 };
 
 /// One server-sent-event message: name ("metrics", "event", "state", "resync") and JSON text.
@@ -75,8 +76,9 @@ class Hub {
   /// restarts, step, samples_per_s, started_at, run_dir), ranks [{rank, node, state, reason, step,
   /// step_s, phases, samples_per_s, scalars, grad_norm, rss_bytes, cuda_bytes, busbw, t,
   /// straggler (bool), slow_phase}], history [{step, t, loss, samples_per_s}], rank_history
-  /// {rank: [{step, step_s, phases}]}, events [...], anomalies_total {kind: n}, events_total
-  /// {kind: n}. Non-finite values stay the strings the workers sent ("nan", "inf"); null: unknown.
+  /// {rank: [{step, step_s, phases}]}, timelines {rank: [{step, timeline}]} (the last
+  /// timeline_steps step timelines a rank reported, its spans capped at 512), events [...],
+  /// anomalies_total {kind: n}, events_total {kind: n}. Non-finite values stay the strings the workers sent ("nan", "inf"); null: unknown.
   nlohmann::json snapshot() const;
   /// The Prometheus text exposition (format 0.0.4).
   std::string prometheus_text() const;

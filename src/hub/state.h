@@ -48,6 +48,7 @@ struct RankState {
   double comm_bytes_total = 0;
   std::deque<WindowPoint> window;            // this round's recent steps (the straggler rule)
   std::deque<nlohmann::json> history;        // recent {step, step_s, phases} (the step-time view), kept over rounds
+  std::deque<nlohmann::json> timelines;      // recent {step, timeline} (the timeline panel), kept over rounds
   double progress_at = 0;                    // wall time (hub clock) the step last advanced
   int64_t nan_event_step = std::numeric_limits<int64_t>::min();  // the step of its last nan anomaly
   struct PendingNan {
@@ -146,6 +147,8 @@ struct Hub::State {
   void apply_event(const json& line);
   void start_round(int new_round, int ws, int restart_count);
   void apply_metrics(const json& record, double now);
+  /// Keeps the record's "timeline" (spans of the step, issue 49) among the rank's last ones.
+  void keep_timeline(RankState& s, int64_t step, const json& record) const;
 
   // ---- hub/detect.cpp ----
   /// Draws the pending job steps up to `last` (history, loss spike, straggler).

@@ -303,3 +303,46 @@ TEST(HubLog, AnUnwritableLogWarnsOnceAndTheHubGoesOn) {
   EXPECT_EQ(count, 1u) << err;
   EXPECT_EQ(rank_of(hub.snapshot(), 1)["step"], 19);
 }
+
+// The timeline panel's data (issue 49): each rank's last timeline_steps step timelines are in the
+// snapshot, so that a page opened late draws them; a restart's rewind replaces the newer ones; a
+// step with too many spans is cut to 512 and says so; a replay of the log keeps the same ones.
+TEST(HubTimelines, TheLastStepsOfEveryRankInTheSnapshotBoundedAndReplayed) {
+  TempDir dir;
+  HubOptions o;
+  o.run_dir = dir.path();
+  o.timeline_steps = 5;
+  auto with_timeline = [](int rank, int64_t step, size_t spans) {
+    json m = metrics(rank, step, 1.0);
+    json list = json::array();
+    for (size_t i = 0; i < spans; ++i) list.push_back({"forward", "compute", 0.001 * static_cast<double>(i), 0.001, nullptr});
+    m["timeline"] = {{"t0", 1.7e9 + static_cast<double>(step)}, {"clock_offset_s", 0.0}, {"clock_error_s", 1e-5}, {"spans", list}};
+    return m;
+  };
+  json live;
+  {
+    Hub hub(o);
+    hub.round_started(0, 2, 0);
+    for (int64_t s = 1; s <= 12; ++s) {
+      hub.worker_message(with_timeline(0, s, 3), 0);
+      hub.worker_message(s == 12 ? with_timeline(1, s, 600) : metrics(1, s, 1.0), 0);  // rank 1: one step with spans
+    }
+    hub.worker_message(with_timeline(0, 10, 2), 0);  // rank 0 resumed from step 9
+    live = hub.snapshot();
+  }
+  const json& tl = live["timelines"];
+  ASSERT_TRUE(tl.contains("0") && tl.contains("1")) << tl.dump().substr(0, 500);
+  std::vector<int64_t> steps;
+  for (const auto& p : tl["0"]) steps.push_back(p["step"].get<int64_t>());
+  EXPECT_EQ(steps, (std::vector<int64_t>{8, 9, 10})) << "the last 5 (8..12), then the rewind replaced 10..12";
+  EXPECT_EQ(tl["0"].back()["timeline"]["spans"].size(), 2u);
+  EXPECT_EQ(tl["0"].front()["timeline"]["spans"][0], json({"forward", "compute", 0.0, 0.001, nullptr}));
+  ASSERT_EQ(tl["1"].size(), 1u);
+  EXPECT_EQ(tl["1"][0]["timeline"]["spans"].size(), 512u);
+  EXPECT_EQ(tl["1"][0]["timeline"]["truncated"], true);
+  HubOptions ro = o;
+  ro.run_dir.clear();
+  Hub replayed(ro);
+  replayed.replay_file(dir.path() + "/events.jsonl");
+  EXPECT_EQ(replayed.snapshot()["timelines"], tl);
+}

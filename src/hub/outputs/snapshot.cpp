@@ -64,10 +64,12 @@ nlohmann::json Hub::snapshot() const {
   const State& s = *state_;
   std::lock_guard<std::mutex> lock(s.mu);
   json rank_history = json::object();
+  json timelines = json::object();
   for (const auto& [r, rs] : s.ranks) {
     json points = json::array();
     for (const auto& p : rs.history) points.push_back(p);
     rank_history[std::to_string(r)] = std::move(points);
+    if (!rs.timelines.empty()) timelines[std::to_string(r)] = json::array_t(rs.timelines.begin(), rs.timelines.end());
   }
   json history = json::array();
   for (const auto& p : s.history) history.push_back(p);
@@ -77,6 +79,7 @@ nlohmann::json Hub::snapshot() const {
           {"ranks", s.ranks_json()},
           {"history", std::move(history)},
           {"rank_history", std::move(rank_history)},
+          {"timelines", std::move(timelines)},
           {"events", std::move(events)},
           {"anomalies_total", s.anomalies_total},
           {"events_total", s.events_total}};
