@@ -229,6 +229,13 @@ int run_calibrate(const SimOptions& o) {
   if (!errors.empty()) return fail(errors);
   const int cores = o.cores > 0 ? o.cores : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const sim::Calibration c = sim::calibrate(runs, cores, o.shared_machine);
+  if (c.fitted_threads.size() == 1) {
+    const int t = c.fitted_threads[0];
+    std::cerr << "cohort sim: every run gave its workers " << t << " thread" << (t == 1 ? "" : "s")
+              << ": the fit cannot split their compute into serial and parallel parts, and assumes all of it scales"
+                 " (predictions at other thread counts are marked); a run of another size fits the split"
+              << std::endl;
+  }
   const std::string text = cohort::detail::dump_text(sim::calibration_json(c), 2);  // run directories: any bytes
   if (o.output.empty()) {
     std::cout << text << std::endl;
@@ -267,7 +274,12 @@ int run_predict(const SimOptions& o) {
     out.push_back({{"dir", r.dir}, {"world", r.world}, {"nodes", r.nodes}, {"measured_step_s", r.step_s},
                    {"predicted_step_s", pr.predicted_step_s}, {"step_error", pr.step_error},
                    {"measured_recovery_s", r.recovery_s}, {"predicted_recovery_s", pr.predicted_recovery_s},
-                   {"recovery_error", pr.recovery_error}, {"within", ok}});
+                   {"recovery_error", pr.recovery_error}, {"threads", pr.threads},
+                   {"threads_fitted", pr.threads_fitted}, {"within", ok}});
+    if (!pr.threads_fitted) {
+      std::cerr << "cohort sim: " << r.dir << ": " << pr.threads << " threads per worker, a count the calibration never saw:"
+                << " its compute assumes perfect scaling" << std::endl;
+    }
     if (!o.json) {
       std::cout << r.dir << ": " << r.world << " workers on " << r.nodes << " node(s): step " << r.step_s * 1000
                 << " ms measured, " << pr.predicted_step_s * 1000 << " ms predicted (" << std::showpos

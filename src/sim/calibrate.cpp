@@ -313,6 +313,7 @@ Calibration calibrate(const std::vector<RunSummary>& runs, int cores, bool share
     sxx += x * x;
     sxy += x * y;
   }
+  c.fitted_threads.assign(thread_counts.begin(), thread_counts.end());
   if (thread_counts.size() >= 2 && n * sxx - sx * sx > 0) {
     c.parallel_s = std::max(0.0, (n * sxy - sx * sy) / (n * sxx - sx * sx));
     c.serial_s = std::max(0.0, (sy - c.parallel_s * sx) / n);
@@ -427,7 +428,8 @@ json calibration_json(const Calibration& c) {
                               {"steal_cores", r.steal_cores}, {"loaded_steps", r.loaded_steps}}}});
   }
   return {{"cohort_sim_calibration", kCalibrationVersion},
-          {"fit", {{"serial_s", c.serial_s}, {"parallel_s", c.parallel_s}, {"cores", c.cores}, {"shared_machine", c.shared_machine}}},
+          {"fit", {{"serial_s", c.serial_s}, {"parallel_s", c.parallel_s}, {"threads", c.fitted_threads}, {"cores", c.cores},
+           {"shared_machine", c.shared_machine}}},
           {"params", params_json(c.params)},
           {"runs", runs}};
 }
@@ -446,6 +448,12 @@ Calibration calibration_from_json(const json& j, const std::string& what) {
   c.parallel_s = fit.value("parallel_s", 0.0);
   c.cores = fit.value("cores", 0);
   c.shared_machine = fit.value("shared_machine", false);
+  // Older calibrations have no list: their thread counts are unknown, and nothing is flagged.
+  if (fit.contains("threads") && fit["threads"].is_array()) {
+    for (const auto& t : fit["threads"]) {
+      if (t.is_number_integer() && t.get<int>() >= 1) c.fitted_threads.push_back(t.get<int>());
+    }
+  }
   std::vector<std::string> errors;
   c.params = params_from_json(j.value("params", json::object()), Params{}, errors);
   for (const auto& e : validate(c.params)) errors.push_back(e);
@@ -458,6 +466,11 @@ Prediction predict(const Calibration& c, const RunSummary& run) {
   Prediction out;
   out.run = run;
   Params p = params_for(c, run.nodes, run.workers_per_node, run.threads);
+  out.threads = p.threads_per_worker;
+  // From one thread count the fit cannot tell serial compute from parallel (it assumes all of it
+  // scales): a prediction at another count is a guess, and says so (issue 50: -25 % to -59 % at 1
+  // rank and 2 threads from a 2-rank fit, against -7 % to +1 % at 3 ranks and 1 thread).
+  out.threads_fitted = c.fitted_threads.size() != 1 || c.fitted_threads[0] == out.threads;
   p.node_mtbf_h = 0;
   p.checkpoint_every = 0;
   p.timeline_workers = 0;

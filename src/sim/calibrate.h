@@ -61,6 +61,7 @@ struct Calibration {
   Params params;             // for the first run's shape
   double serial_s = 0;       // compute = serial_s + parallel_s / threads
   double parallel_s = 0;
+  std::vector<int> fitted_threads;  // the threads per worker the compute fit saw (one: no split known)
   int cores = 0;
   bool shared_machine = false;  // the runs' nodes were namespaces of one machine, sharing its cores
   std::vector<RunSummary> runs;
@@ -82,6 +83,8 @@ struct Prediction {
   double step_error = 0;        // predicted / measured - 1
   double predicted_recovery_s = 0;
   double recovery_error = 0;
+  int threads = 0;                  // the run's threads per worker, as the simulation gives them
+  bool threads_fitted = true;       // false: a thread count the fit never saw, whose compute it guessed
 };
 Prediction predict(const Calibration& c, const RunSummary& run);
 

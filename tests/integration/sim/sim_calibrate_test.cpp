@@ -362,3 +362,51 @@ TEST(SimCalibrateInput, LogsItCannotUseAreNamed) {
   EXPECT_TRUE(contains(o.output, "is not a calibration (cohort sim calibrate writes one)")) << o.output;
   run_shell("rm -rf " + d);
 }
+
+// From one thread count per worker the fit cannot split compute into its serial and parallel
+// parts (issue 50: a 2-rank fit alone predicted its models' 1-rank, 2-thread runs 25-59 % short):
+// calibrate says so, and predict marks each run at a count the fit never saw. Crafted logs of
+// 1 rank (2 threads on --cores 2) and 2 ranks (1 thread each).
+TEST(SimCalibrateThreads, OneThreadCountIsNotedAndOtherCountsAreMarked) {
+  const std::string d = fresh_dir("threads");
+  auto make = [&](const std::string& name, int world, double step_s) {
+    std::string log;
+    for (int step = 1; step <= 40; ++step) {
+      for (int rank = 0; rank < world; ++rank) {
+        log += R"({"type":"metrics","rank":)" + std::to_string(rank) + R"(,"world_size":)" + std::to_string(world) +
+               R"(,"node":0,"step":)" + std::to_string(step) + R"(,"t":)" + std::to_string(1000 + step * step_s) +
+               R"(,"step_s":)" + std::to_string(step_s) + R"(,"phases":{"data":0.001,"forward":)" + std::to_string(step_s * 0.4) +
+               R"(,"backward":)" + std::to_string(step_s * 0.5) + R"(,"comm_wait":0.001,"optimizer":0.001},"comm_bytes":)" +
+               (world > 1 ? "1000000" : "0") + R"(,"comm_s":0.002})" "\n";
+      }
+    }
+    run_shell("mkdir -p " + d + "/" + name);
+    std::ofstream(d + "/" + name + "/events.jsonl") << log;
+    return d + "/" + name;
+  };
+  const std::string one = make("one", 1, 0.03), two = make("two", 2, 0.04);
+  const auto fit_two = run_shell(kCli + " sim calibrate --cores 2 " + two + " -o " + d + "/two.json 2>&1");
+  ASSERT_EQ(fit_two.exit_code, 0) << fit_two.output;
+  EXPECT_TRUE(contains(fit_two.output, "every run gave its workers 1 thread: the fit cannot split their compute")) << fit_two.output;
+  const json cal = json::parse(read_all(d + "/two.json"), nullptr, false);
+  EXPECT_EQ(cal["fit"]["threads"], json::array({1})) << cal.dump();
+  const auto p = run_shell(kCli + " sim predict --json --tolerance 1e9 --calibration " + d + "/two.json " + one + " " + two +
+                           " 2>" + d + "/notes");
+  ASSERT_EQ(p.exit_code, 0) << p.output;
+  const json j = json::parse(p.output, nullptr, false);
+  ASSERT_TRUE(j.is_array() && j.size() == 2u) << p.output;
+  EXPECT_EQ(j[0].value("threads", 0), 2) << p.output;
+  EXPECT_FALSE(j[0].value("threads_fitted", true)) << p.output;
+  EXPECT_EQ(j[1].value("threads", 0), 1) << p.output;
+  EXPECT_TRUE(j[1].value("threads_fitted", false)) << p.output;
+  EXPECT_TRUE(contains(read_all(d + "/notes"), one + ": 2 threads per worker, a count the calibration never saw")) << read_all(d + "/notes");
+  // Both counts: the split is fitted, nothing is noted or marked.
+  const auto fit_both = run_shell(kCli + " sim calibrate --cores 2 " + one + " " + two + " -o " + d + "/both.json 2>&1");
+  ASSERT_EQ(fit_both.exit_code, 0) << fit_both.output;
+  EXPECT_FALSE(contains(fit_both.output, "cannot split")) << fit_both.output;
+  const auto pb = run_shell(kCli + " sim predict --json --tolerance 1e9 --calibration " + d + "/both.json " + one + " " + two + " 2>/dev/null");
+  const json jb = json::parse(pb.output, nullptr, false);
+  ASSERT_TRUE(jb.is_array() && jb.size() == 2u) << pb.output;
+  for (const auto& r : jb) EXPECT_TRUE(r.value("threads_fitted", false)) << pb.output;
+  if (!HasFailure()) run_shell("rm -rf " + d);
+}
