@@ -93,11 +93,13 @@ class ShardedDataset : public torch::data::datasets::StatefulDataset<ShardedData
   ShardedDataset(const std::vector<BlendSource>& sources, int rank, int world_size, ShardedDatasetOptions options);
 
   /// This rank's next batch; `batch_size` must be local_batch(). nullopt at the end of the epoch.
+  /// A shard truncated under the job (its pages gone) is a ConfigError naming the shard and the rank.
   torch::optional<torch::data::Example<>> get_batch(size_t batch_size) override;
   /// Samples this rank reads in a whole epoch.
   torch::optional<size_t> size() const override;
   /// Called by the loader at each begin(): after a finished epoch, starts the next one; otherwise
-  /// (a fresh start, a restored or interrupted epoch) continues where the job is.
+  /// (a fresh start, a restored or interrupted epoch) continues where the job is. First checks that
+  /// every shard is still the file opened (ConfigError naming a deleted, replaced or resized one).
   void reset() override;
   /// Writes state() into `archive`.
   void save(torch::serialize::OutputArchive& archive) const override;
@@ -114,6 +116,13 @@ class ShardedDataset : public torch::data::datasets::StatefulDataset<ShardedData
   /// ConfigError naming what differs: the data set, the tokenizer, the sequence length, the order.
   void load_state(const ShardedDatasetState& state);
 
+  /// The tokenizer's vocabulary (the manifest's vocab_size: token ids are below it); 0 for records.
+  uint64_t vocab_size() const;
+  /// Bytes per record; 0 for tokens.
+  uint64_t record_bytes() const;
+  /// The SentencePiece model the tokens were made with (a path in the data set's directory, for
+  /// decoding them), or "" (the bytes tokenizer, records). A blend's sources share one tokenizer.
+  std::string tokenizer_model() const;
   /// Samples per rank and step: global_batch / world size.
   int64_t local_batch() const;
   /// Global batches per epoch: samples / global_batch (the remainder is left out of the epoch).
@@ -128,6 +137,7 @@ class ShardedDataset : public torch::data::datasets::StatefulDataset<ShardedData
   size_t source_at(int64_t epoch, uint64_t position) const;
 
  private:
+  torch::optional<torch::data::Example<>> read_batch(size_t batch_size);
   struct Impl;
   std::shared_ptr<Impl> impl_;
 };

@@ -4,6 +4,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "data/shards/guarded_read.h"
+
 namespace cohort::data {
 
 Prefetcher::~Prefetcher() {
@@ -45,11 +47,10 @@ void Prefetcher::run() {
       const uintptr_t first = reinterpret_cast<uintptr_t>(r.first) & ~(page - 1);
       const uintptr_t end = reinterpret_cast<uintptr_t>(r.first) + r.second;
       ::madvise(reinterpret_cast<void*>(first), end - first, MADV_WILLNEED);
-      // One load a page: this thread waits for the disk, the trainer does not. The first page
-      // starts before the range (aligned down); the range's own first byte is in it.
-      for (uintptr_t p = reinterpret_cast<uintptr_t>(r.first); p < end; p = (p & ~(page - 1)) + page) {
-        (void)*reinterpret_cast<const volatile uint8_t*>(p);
-      }
+      // One load a page: this thread waits for the disk, the trainer does not. Guarded: a shard
+      // truncated under the job faults here first; the rest is left to the trainer's read, which
+      // names the shard (guarded_read.h).
+      if (!guarded_touch(r.first, r.second, page)) break;
     }
     lock.lock();
     busy_ = false;

@@ -100,6 +100,15 @@ ShardedDataset::ShardedDataset(const std::vector<BlendSource>& sources, int rank
 }
 
 torch::optional<torch::data::Example<>> ShardedDataset::get_batch(size_t batch_size) {
+  try {
+    return read_batch(batch_size);
+  } catch (const ConfigError& e) {  // a shard changed under the job: the shard's name, and this rank
+    if (e.rank() >= 0) throw;
+    throw ConfigError(impl_->rank, without_rank_prefix(e.what()));
+  }
+}
+
+torch::optional<torch::data::Example<>> ShardedDataset::read_batch(size_t batch_size) {
   Impl& m = *impl_;
   const int64_t local = local_batch();
   if (static_cast<int64_t>(batch_size) != local) {
@@ -146,7 +155,7 @@ torch::optional<torch::data::Example<>> ShardedDataset::get_batch(size_t batch_s
   uint8_t* out = t.data_ptr<uint8_t>();
   for (int64_t j = 0; j < local; ++j) {
     const data::SampleRef ref = at(j);
-    std::memcpy(out + j * bytes, m.sources->source(ref.source).record(ref.sample), static_cast<size_t>(bytes));
+    m.sources->source(ref.source).read_record(ref.sample, out + j * bytes);
     done.emplace_back(ref.source, ref.sample);
   }
   m.note_read(done, static_cast<uint64_t>(t.numel()));
@@ -173,11 +182,36 @@ void ShardedDataset::Impl::note_read(const std::vector<std::pair<size_t, uint64_
 torch::optional<size_t> ShardedDataset::size() const { return static_cast<size_t>(impl_->steps() * local_batch()); }
 
 void ShardedDataset::reset() {
+  // Each pass starts by checking that the shards are still the files the job opened (a stat each):
+  // one deleted stays readable through its mapping, but no restart could open it again.
+  for (size_t d = 0; d < impl_->sources->sources(); ++d) {
+    try {
+      impl_->sources->source(d).check_files();
+    } catch (const ConfigError& e) {
+      throw ConfigError(impl_->rank, without_rank_prefix(e.what()));
+    }
+  }
   std::lock_guard<std::mutex> lock(impl_->mutex);
   if (impl_->position >= impl_->steps() * impl_->options.global_batch) {
     ++impl_->epoch;
     impl_->position = 0;
   }
+}
+
+uint64_t ShardedDataset::vocab_size() const {
+  const auto& m = impl_->sources->source(0).manifest();
+  return m.tokens() ? m.vocab_size : 0;
+}
+
+uint64_t ShardedDataset::record_bytes() const {
+  const auto& m = impl_->sources->source(0).manifest();
+  return m.tokens() ? 0 : m.item_bytes;
+}
+
+std::string ShardedDataset::tokenizer_model() const {
+  const data::ShardSet& set = impl_->sources->source(0);
+  const auto& t = set.manifest().tokenizer;
+  return set.manifest().tokens() && t.kind == "sentencepiece" && !t.file.empty() ? set.dir() + "/" + t.file : "";
 }
 
 int64_t ShardedDataset::local_batch() const { return impl_->options.global_batch / impl_->world; }

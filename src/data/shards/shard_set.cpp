@@ -64,17 +64,22 @@ void ShardSet::read_tokens(uint64_t i, int64_t* out) const {
   if (i >= samples()) throw std::out_of_range("token sample " + std::to_string(i) + " of " + std::to_string(samples()));
   const size_t s = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), i) - starts_.begin() - 1);
   const uint64_t first = (i - starts_[s]) * (window_ - 1);
-  const uint8_t* p = shards_[s].data();
-  if (manifest_.item_bytes == 2) {
+  const uint64_t bytes = manifest_.item_bytes;
+  // Copied out of the mapping first (guarded against a truncated shard), then widened.
+  thread_local std::vector<uint8_t> buffer;
+  buffer.resize(window_ * bytes);
+  shards_[s].copy(first * bytes, buffer.data(), buffer.size());
+  const uint8_t* p = buffer.data();
+  if (bytes == 2) {
     for (uint64_t t = 0; t < window_; ++t) {
       uint16_t v;
-      std::memcpy(&v, p + (first + t) * 2, 2);
+      std::memcpy(&v, p + t * 2, 2);
       out[t] = v;
     }
   } else {
     for (uint64_t t = 0; t < window_; ++t) {
       uint32_t v;
-      std::memcpy(&v, p + (first + t) * 4, 4);
+      std::memcpy(&v, p + t * 4, 4);
       out[t] = v;
     }
   }
@@ -92,6 +97,22 @@ const uint8_t* ShardSet::record(uint64_t i) const {
   if (i >= samples()) throw std::out_of_range("record " + std::to_string(i) + " of " + std::to_string(samples()));
   const size_t s = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), i) - starts_.begin() - 1);
   return shards_[s].data() + (i - starts_[s]) * manifest_.item_bytes;
+}
+
+void ShardSet::read_record(uint64_t i, uint8_t* out) const {
+  if (i >= samples()) throw std::out_of_range("record " + std::to_string(i) + " of " + std::to_string(samples()));
+  const size_t s = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), i) - starts_.begin() - 1);
+  shards_[s].copy((i - starts_[s]) * manifest_.item_bytes, out, manifest_.item_bytes);
+}
+
+void ShardSet::check_files() const {
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    std::string problem = shards_[s].changed();
+    if (!problem.empty()) throw ConfigError(-1, dir_ + "/" + manifest_.shards[s].data.file + ": " + problem);
+    if (s < indexes_.size() && !(problem = indexes_[s].changed()).empty()) {
+      throw ConfigError(-1, dir_ + "/" + manifest_.shards[s].index.file + ": " + problem);
+    }
+  }
 }
 
 const uint64_t* ShardSet::document_offsets(size_t s) const {

@@ -36,11 +36,20 @@ class ShardSet {
   /// Samples in the data set: token windows or records.
   uint64_t samples() const { return starts_.back(); }
   /// Token sample `i`'s window - 1 + 1 tokens, widened to int64 into `out` (window values).
+  /// Reads through MappedFile::copy: a shard truncated under the job throws ConfigError naming it.
   void read_tokens(uint64_t i, int64_t* out) const;
   /// Where sample `i`'s bytes are in its mapped shard, and how many (for reading ahead).
   std::pair<const uint8_t*, uint64_t> sample_bytes(uint64_t i) const;
-  /// Record `i`'s item_bytes bytes.
+  /// Record `i`'s item_bytes bytes, in the mapping (tests; read_record() for the guarded copy).
   const uint8_t* record(uint64_t i) const;
+  /// Copies record `i`'s item_bytes bytes into `out`.
+  void read_record(uint64_t i, uint8_t* out) const;
+  /// Checks that every shard and index path still names the file mapped at open, at its size;
+  /// throws cohort::ConfigError naming the first that was deleted, replaced or resized. A pass
+  /// over the data (an epoch) starts with this: a deleted shard stays readable through its
+  /// mapping, but the job could not open the data set again (a restart, a resume), so it stops
+  /// here, by name, rather than at some later restart.
+  void check_files() const;
   /// Shard `s`'s document offsets (documents + 1 values), or nullptr for records.
   const uint64_t* document_offsets(size_t s) const;
   /// Unmaps the 2 MiB chunks of the mapping `samples` lie in (what the kernel maps on a fault can
