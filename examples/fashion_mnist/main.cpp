@@ -263,7 +263,14 @@ int train(const Flags& flags, Net net) {
   // time its round begins. Its rank (for messages) comes from the same variables init() reads.
   FashionMnist train_set(flags.data, /*train=*/true, flags.plain ? 0 : cohort::resolve_job_env().rank);
   std::shared_ptr<cohort::Context> ctx;
-  if (!flags.plain) ctx = cohort::init();
+  if (!flags.plain) {
+    ctx = cohort::init();
+  } else {
+    // The plain process keeps init()'s malloc settings too: without them glibc hands each step's
+    // freed activations back to the kernel and faults them in again, ~18 % of a CNN step here
+    // (docs/BENCHMARKS.md, "The plain CNN process"), and the baseline would measure that instead.
+    cohort::retain_freed_memory();
+  }
   const int rank = ctx ? ctx->rank() : 0;
   const int world = ctx ? ctx->world_size() : 1;
   set_threads(flags, ctx ? ctx->local_world_size() : 1);
@@ -398,7 +405,7 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_flag("--no-eval", f.no_eval, "Skip the test-set evaluation");
-  app.add_flag("--plain", f.plain, "One process without cohort (no init, no DDP): the scaling baseline");
+  app.add_flag("--plain", f.plain, "One process without cohort's runtime (no init, no DDP; only its malloc settings): the scaling baseline");
   app.add_option("--log-every", f.log_every, "Print the loss every N steps on rank 0 (0: never)")->check(CLI::NonNegativeNumber);
   auto* ckpt_dir = app.add_option("--ckpt-dir", f.ckpt_dir, "Checkpoint here, and resume from here when restarted");
   app.add_option("--ckpt-every", f.ckpt_every, "Checkpoint every N steps (0: only resume)")
