@@ -22,7 +22,7 @@
 
 #include "cohort/sharded_dataset.h"
 #include "data/shards/manifest.h"
-#include "data/shards/shard_writer.h"
+#include "data/prepare/shard_writer.h"
 
 namespace {
 

@@ -9,7 +9,7 @@
 #include <stdexcept>
 
 #include "data/prepare/prepare.h"
-#include "data/shards/shard_writer.h"
+#include "data/prepare/shard_writer.h"
 
 namespace cohort::data {
 namespace {

@@ -12,7 +12,7 @@
 
 #include "data/prepare/text_inputs.h"
 #include "data/prepare/tokenizer.h"
-#include "data/shards/shard_writer.h"
+#include "data/prepare/shard_writer.h"
 
 namespace cohort::data {
 namespace {

@@ -14,7 +14,7 @@
 
 #include "cohort/error.h"
 #include "cohort/sharded_dataset.h"
-#include "data/shards/shard_writer.h"
+#include "data/prepare/shard_writer.h"
 #include "support/files.h"
 
 namespace cohort {

@@ -17,7 +17,7 @@
 #include "cohort/sharded_dataset.h"
 #include "data/prefetcher.h"
 #include "data/shards/shard_set.h"
-#include "data/shards/shard_writer.h"
+#include "data/prepare/shard_writer.h"
 #include "support/files.h"
 #include "support/thread_ranks.h"
 

@@ -9,7 +9,7 @@
 
 #include "cohort/error.h"
 #include "data/shards/shard_set.h"
-#include "data/shards/shard_writer.h"
+#include "data/prepare/shard_writer.h"
 #include "support/files.h"
 
 namespace cohort::data {

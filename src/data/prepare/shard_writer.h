@@ -1,4 +1,4 @@
-// data/shards/shard_writer.h — writes a data set's shards (rolling to a new one at a size), their
+// data/prepare/shard_writer.h — writes a data set's shards (rolling to a new one at a size), their
 // indexes and checksums as it goes, and manifest.json last: a data set without a manifest is one
 // whose writing did not finish, and readers refuse it. Torch-free.
 #pragma once

@@ -1,5 +1,5 @@
 // Writing shards, indexes and the manifest. See shard_writer.h.
-#include "data/shards/shard_writer.h"
+#include "data/prepare/shard_writer.h"
 
 #include <unistd.h>
 #include <xxhash.h>
