@@ -51,6 +51,7 @@
 
   const { num, defined, fmtNumber, fmtMs, fmtBytes, fmtDuration, fmtTime, median } = window.CohortFormat;
   const Charts = window.CohortCharts;
+  const Timeline = window.CohortTimelinePanel;  // the timeline panel (timeline_panel.js)
 
   // ---------------------------------------------------------------- model updates
 
@@ -93,6 +94,7 @@
     }
     model.events = (s.events || []).slice(-MAX_EVENTS);
     model.pending = new Map();
+    Timeline.snapshot(s);
     eventsDirty = true;
   }
 
@@ -105,6 +107,7 @@
     }
     if (defined(m.world_size)) model.job.world_size = m.world_size;
     if (!defined(m.step)) return;
+    Timeline.metrics(m);
 
     let hist = model.rankHistory.get(Number(m.rank));
     if (!hist) model.rankHistory.set(Number(m.rank), (hist = []));
@@ -363,6 +366,7 @@
     renderRanks();
     renderEvents();
     renderCharts();
+    Timeline.render(model.ranks.keys());
   }
 
   function scheduleRender() {
@@ -478,12 +482,13 @@
 
   function start() {
     initCharts();
+    Timeline.init($('timeline-view'));
     connect();  // first, so that nothing between the snapshot and the stream is lost
     loadState();
     setInterval(scheduleRender, 1000);  // the elapsed time (and all parts drawn from one state)
   }
 
-  window.cohortDashboard = { model, charts, stats, reload: loadState };
+  window.cohortDashboard = { model, charts, stats, timeline: Timeline, reload: loadState };
   if (document.readyState === 'loading') document.addEventListener('DOMContentLoaded', start);
   else start();
 })();

@@ -8,7 +8,9 @@
 const fs = require('fs');
 const path = require('path');
 const t = require('./lib');
+const { timelineInfo, clickSpan } = require('./timeline_checks');
 const { assert } = t;
+const TIMELINE = 'window.cohortDashboard.timeline.view';
 
 const cohort = t.env('COHORT_CLI');
 const makeEvents = path.join(__dirname, 'make_events.js');
@@ -77,6 +79,7 @@ async function followsAGrowingLog() {
     assert.notStrictEqual(grid.find((g) => g.rank === '0').state, 'slow', JSON.stringify(grid));
     await t.waitFor('the straggler event in the timeline', () => page.$('#events li[data-kind="anomaly"][data-anomaly="straggler"][data-severity="warn"]'), 10000);
     await page.screenshot({ path: path.join(t.artifactsDir(), 'dashboard-replay-straggler.png'), fullPage: true });
+    await timelineShowsTheStraggler(page);
 
     // The end of the log: every step shown, the job's final state.
     await t.exitOf(gen, 60000);
@@ -98,6 +101,88 @@ async function followsAGrowingLog() {
   }
   const r = await t.stop(dash, 'SIGINT');
   assert.strictEqual(r.code, 0, 'cohort dashboard exits 0 on SIGINT: ' + dash.err);
+}
+
+// The timeline panel (issue 49) on the growing log once rank 1 is slowed: the last 10 steps of
+// both ranks, rank 1's forward the long span (outlined) while rank 0 waits, its details on a
+// click; then it follows the log without a reload, and "last 20 steps" draws 20.
+async function timelineShowsTheStraggler(page) {
+  const steps = (info, lane) => new Set(info.drawn.filter((d) => lane === undefined || d.lane === lane).map((d) => d.step));
+  const info = await t.waitFor('the timeline with 10 steps of both ranks', async () => {
+    const i = await timelineInfo(page, TIMELINE);
+    return i && i.lanes.length === 2 && steps(i, 0).size === 10 && steps(i, 1).size === 10 ? i : null;
+  }, 10000);
+  assert.deepStrictEqual(info.lanes.map((l) => l.label), ['rank 0', 'rank 1']);
+  assert.ok(info.painted > 5000, 'the canvas is painted: ' + info.painted);
+  for (const name of ['data', 'forward', 'backward', 'comm_wait', 'optimizer', 'bucket']) assert.ok(info.legend.includes(name), 'legend: ' + name);
+  const newest = Math.max(...steps(info));
+  const busy = info.drawn.filter((d) => d.cat === 'compute' && d.name !== 'comm_wait' && d.step === newest);
+  const longest = busy.reduce((a, b) => (b.dur > a.dur ? b : a));
+  assert.strictEqual(longest.lane, 1, 'the longest busy span is the straggler\'s: ' + JSON.stringify(longest));
+  assert.strictEqual(longest.name, 'forward');
+  assert.ok(longest.dur > 0.08 && longest.outlier > 2, 'rank 1\'s forward: ' + JSON.stringify(longest));
+  const wait0 = info.drawn.find((d) => d.lane === 0 && d.name === 'comm_wait' && d.step === newest);
+  assert.ok(wait0 && wait0.dur > 0.06, 'rank 0 waits for it: ' + JSON.stringify(wait0));
+  assert.ok(!info.drawn.some((d) => d.lane === 0 && d.cat === 'compute' && d.outlier), 'no busy span of rank 0 outlined');
+  const details = await clickSpan(page, longest);
+  assert.strictEqual(details.name, 'forward');
+  assert.strictEqual(details.lane, '1');
+  assert.strictEqual(details.step, String(newest));
+  assert.strictEqual(details.fields.rank, 'rank 1');
+  assert.match(details.fields.duration, /^8\d\.\d\d ms \(\d+\.\d× the usual forward\)$/);
+  assert.match(details.fields.start, /^\+1\.00 ms into the step$/, 'after the 1 ms of data');
+  await page.locator('.timeline-panel').screenshot({ path: path.join(t.artifactsDir(), 'dashboard-replay-timeline.png') });
+  console.log('  timeline: ' + info.drawn.length + ' spans, steps ' + Math.min(...steps(info)) + '..' + newest + ', rank 1 forward ' + details.fields.duration);
+  await t.waitFor('the timeline following the log', async () => Math.max(...steps(await timelineInfo(page, TIMELINE))) > newest + 5, 15000);
+  await page.selectOption('#timeline-steps', '20');
+  await t.waitFor('20 steps on the timeline', async () => steps(await timelineInfo(page, TIMELINE), 1).size === 20, 5000);
+}
+
+// A finished run opened afterwards: its last 20 steps come from /api/state (the hub keeps them),
+// with rank 0's checkpoint at step 100 (a 120 ms write) and the late bucket of step 105 visible;
+// the zoom buttons and the wheel narrow the view, "fit" restores it.
+async function timelineOfAFinishedRun() {
+  const { dir } = await fixture('timeline', ['--steps', '110', '--late-bucket', '105']);
+  const dash = t.start('timeline-dashboard', cohort, ['dashboard', dir, '--no-follow']);
+  const url = await t.printedUrl(dash);
+  const browser = await t.launchBrowser();
+  try {
+    const page = await t.openPage(browser, url);
+    await page.selectOption('#timeline-steps', '50');
+    const info = await t.waitFor('20 steps of both ranks', async () => {
+      const i = await timelineInfo(page, TIMELINE);
+      return i && new Set(i.drawn.map((d) => d.step)).size === 20 && i.lanes.length === 2 ? i : null;
+    }, 10000);
+    assert.deepStrictEqual([...new Set(info.drawn.map((d) => d.step))].sort((a, b) => a - b)[0], 91, 'the hub kept steps 91..110');
+    const write = info.drawn.filter((d) => d.name === 'ckpt_write');
+    assert.strictEqual(write.length, 1, 'one checkpoint write');
+    assert.strictEqual(write[0].lane, 0);
+    assert.strictEqual(write[0].cat, 'io');
+    assert.ok(info.legend.includes('ckpt_write') && info.legend.includes('ckpt_capture'));
+    const late = info.drawn.filter((d) => d.name === 'bucket' && d.outlier);
+    assert.deepStrictEqual([...new Set(late.map((d) => d.step + ':' + d.args.index))], ['105:1'], 'the late bucket outlined, on both ranks');
+    assert.strictEqual(late.length, 2);
+    const details = await clickSpan(page, write[0]);
+    assert.strictEqual(details.name, 'ckpt_write');
+    assert.strictEqual(details.step, '100');
+    assert.strictEqual(details.fields.duration, '120.0 ms');
+    assert.strictEqual(details.fields.bytes, '1200000');
+    const width = () => page.evaluate((e) => { const v = new Function('return ' + e)(); return v.v1 - v.v0; }, TIMELINE);
+    const all = await width();
+    await page.click('.tl-zoom[data-zoom="in"]');
+    assert.ok(Math.abs(await width() - all / 2) < all * 1e-6, 'zoomed in 2x');
+    const box = await page.locator('#timeline').boundingBox();
+    await page.mouse.move(box.x + box.width / 2, box.y + 30);
+    await page.mouse.wheel(0, 300);
+    await t.waitFor('the wheel zooming out', async () => (await width()) > all / 2 * 1.5, 5000);
+    await page.click('.tl-zoom[data-zoom="fit"]');
+    assert.ok(Math.abs(await width() - all) < all * 1e-6, 'fit shows all again');
+    await page.screenshot({ path: path.join(t.artifactsDir(), 'dashboard-timeline-checkpoint.png'), fullPage: true });
+    assertCleanPage(page, new URL(url).origin);
+  } finally {
+    await browser.close();
+  }
+  await t.stop(dash, 'SIGTERM');
 }
 
 async function failureRestartAndNan() {
@@ -261,6 +346,7 @@ async function linksToTheSimulatorCalibratedOnTheJob() {
 
 t.run([
   ['cohort dashboard follows a growing log; the page updates live and flags the straggler', followsAGrowingLog],
+  ['the timeline panel of a finished run: a slow checkpoint, a late bucket, zoom', timelineOfAFinishedRun],
   ['a run with a NaN, a killed rank and a restart: timeline, restarts, loss chart, failed rank', failureRestartAndNan],
   ['a burst larger than a stream may queue: the page resyncs from /api/state', burstMakesThePageResync],
   ['a token-protected dashboard works in the browser through ?token=', tokenInTheBrowser],

@@ -10,13 +10,18 @@
 //                               [--fail-at S --resume-from R]  (rank 1 killed at step S, restart from R)
 //                               [--nan-at S]  (rank 0's loss NaN at step S, skipped)  [--no-finish]
 //                               [--end-at-failure]  (the log ends right after the failure line)
+//                               [--no-timeline]  (no "timeline" in the metrics records)
+// Each metrics record carries the step's spans (issue 49's "timeline": data, forward, backward,
+// comm_wait, optimizer; two buckets from launch to completion, which wait for the slowest rank's
+// launch; at step 100 rank 0's checkpoint capture and a slow write, 120 ms; at step --late-bucket
+// (default 120) bucket 1's allreduce takes 30 ms on every rank).
 'use strict';
 
 const fs = require('fs');
 const path = require('path');
 
 function parse(argv) {
-  const o = { dir: null, steps: 200, world: 2, slowRank: -1, slowFrom: 50, liveMs: 0, finish: true, failAt: 0, resumeFrom: 100, nanAt: 0, endAtFailure: false };
+  const o = { dir: null, steps: 200, world: 2, slowRank: -1, slowFrom: 50, liveMs: 0, finish: true, failAt: 0, resumeFrom: 100, nanAt: 0, endAtFailure: false, timeline: true, lateBucket: 120 };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     const next = () => argv[++i];
@@ -30,6 +35,8 @@ function parse(argv) {
     else if (a === '--resume-from') o.resumeFrom = Number(next());
     else if (a === '--nan-at') o.nanAt = Number(next());
     else if (a === '--end-at-failure') o.endAtFailure = true;
+    else if (a === '--no-timeline') o.timeline = false;
+    else if (a === '--late-bucket') o.lateBucket = Number(next());
     else if (!o.dir) o.dir = a;
     else throw new Error('unexpected argument ' + a);
   }
@@ -61,6 +68,22 @@ function straggler(windows) {
   return null;
 }
 
+// A step's "timeline" (issue 49): spans [name, cat, start_s, dur_s, args] relative to t0.
+function timeline(b, comm, launch, done, t0, checkpoint) {
+  const spans = [];
+  let at = 0;
+  for (const [name, d] of [['data', b.data], ['forward', b.forward], ['backward', b.backward], ['comm_wait', comm], ['optimizer', b.optimizer]]) {
+    spans.push([name, 'compute', at, d, null]);
+    at += d;
+  }
+  for (const k of [0, 1]) spans.push(['bucket', 'comm', launch[k], done[k] - launch[k], { index: k, bytes: 850000, algorithm: 'ring' }]);
+  if (checkpoint) {
+    spans.push(['ckpt_capture', 'io', at, 0.004, { step: 100 }]);
+    spans.push(['ckpt_write', 'io', at + 0.004, 0.12, { bytes: 1200000, path: 'step-00000100' }]);
+  }
+  return { t0, clock_offset_s: 0, clock_error_s: 0.00002, spans };
+}
+
 // The lines of one step, every rank; deterministic (a small LCG), loss falling with noise.
 function* lines(o) {
   let t = Date.now() / 1000 - (o.liveMs ? 0 : o.steps * 0.03);  // a live log is written now; a whole one ended now
@@ -87,6 +110,10 @@ function* lines(o) {
       if (windows[r].length > STRAGGLER_WINDOW) windows[r].shift();
     });
     t += slowest + 0.004;
+    // Buckets: launched mid-backward and at its end; each completes once every rank launched it.
+    const lateS = step === o.lateBucket ? 0.03 : 0.0012;
+    const launches = busy.map((b) => [b.data + b.forward + b.backward / 2, b.data + b.forward + b.backward]);
+    const done = [0, 1].map((k) => Math.max(...launches.map((l) => l[k])) + (k === 1 ? lateS : 0.0012));
     for (let r = 0; r < o.world; r++) {
       const b = busy[r];
       const comm = slowest - total(b) + 0.003;
@@ -98,6 +125,7 @@ function* lines(o) {
         step_s: stepS, phases: Object.assign({}, b, { comm_wait: comm }),
         samples: 64, samples_per_s: 64 / stepS, grad_norm: nan ? 'nan' : 1 + rand(), rss_bytes: 300e6 + r * 1e6,
         comm_bytes: 1700000, comm_s: 0.003, busbw: 1.2e9, scalars: { loss, lr: 0.01 },
+        timeline: o.timeline ? timeline(b, comm, launches[r], done, t - stepS + 0.0002 * r, step === 100 && r === 0) : undefined,
       };
       if (nan) {
         yield ev('anomaly', 'rank 0: loss is NaN at step ' + step + '; the step is skipped (--on-nan skip)',

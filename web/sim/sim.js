@@ -10,10 +10,13 @@
   const CHART_MS = 250;              // charts redrawn 4 times a second
   const TIMELINE_MS = 100;
   const MAX_POINTS = 2000;
-  const STATE_COLORS = {
-    computing: '#3b7dd8', communicating: '#e0a030', waiting: '#c9ced8', checkpointing: '#8e5bd0',
-    failed: '#d33c3c', restarting: '#f08a8a',
+  // A simulated worker's states as the spans of a real rank's timeline (names and colours shared).
+  const SPAN_OF = {
+    computing: { name: 'compute', cat: 'compute' }, waiting: { name: 'comm_wait', cat: 'compute' },
+    communicating: { name: 'allreduce', cat: 'comm' }, checkpointing: { name: 'checkpoint', cat: 'io' },
+    failed: { name: 'failed', cat: 'compute' }, restarting: { name: 'restarting', cat: 'compute' },
   };
+  let timelineView = null;
 
   let core = null;       // the WebAssembly module
   let schema = null;
@@ -187,9 +190,9 @@
     charts.step = new Chart($('step-chart'), {
       type: 'bar',
       data: { labels: ['whole run', 'last interval'], datasets: [
-        { label: 'compute', data: [0, 0], backgroundColor: STATE_COLORS.computing },
-        { label: 'exposed communication', data: [0, 0], backgroundColor: STATE_COLORS.communicating },
-        { label: 'waiting', data: [0, 0], backgroundColor: STATE_COLORS.waiting },
+        { label: 'compute', data: [0, 0], backgroundColor: window.CohortTimeline.colorOf('compute') },
+        { label: 'exposed communication', data: [0, 0], backgroundColor: window.CohortTimeline.colorOf('allreduce') },
+        { label: 'waiting', data: [0, 0], backgroundColor: window.CohortTimeline.colorOf('comm_wait') },
       ] },
       options: Object.assign({}, common, { indexAxis: 'y', scales: { x: { stacked: true, title: { display: true, text: 'ms per step' } }, y: { stacked: true } } }),
     });
@@ -258,28 +261,18 @@
     st.textContent = state;
   }
 
+  // The sampled workers' segments in the timeline view the dashboard uses (web/timeline.js).
   function drawTimeline() {
-    const canvas = $('timeline');
+    if (!timelineView) return;
     const rows = last && last.timeline ? last.timeline : [];
-    const w = canvas.clientWidth || 800;
-    if (canvas.width !== w) canvas.width = w;
-    const h = canvas.height;
-    const ctx = canvas.getContext('2d');
-    ctx.clearRect(0, 0, w, h);
-    if (!rows.length || !last) return;
-    const t1 = last.t;
-    const t0 = t1 - (last.memory ? last.memory.timeline_s : params.timeline_s);  // the budget's window
-    const rh = h / rows.length;
-    const px = w / (t1 - t0);
-    rows.forEach((segs, r) => {
-      for (const [a, b, state] of segs) {
-        const x0 = Math.max(0, (a - t0) * px);
-        const x1 = Math.min(w, (b - t0) * px);
-        if (x1 <= x0) continue;
-        ctx.fillStyle = STATE_COLORS[state] || '#000';
-        ctx.fillRect(x0, r * rh, Math.max(1, x1 - x0), Math.max(1, rh - 1));
-      }
-    });
+    const ids = last && last.timeline_workers ? last.timeline_workers : rows.map((_, i) => i);
+    const t1 = last ? last.t : 0;
+    const t0 = t1 - (last && last.memory ? last.memory.timeline_s : params ? params.timeline_s : 0);  // the budget's window
+    const lanes = rows.map((segs, r) => ({
+      id: ids[r], label: 'worker ' + ids[r],
+      spans: segs.map(([a, b, state]) => Object.assign({ start: a, dur: b - a, args: { state } }, SPAN_OF[state] || { name: state, cat: 'compute' })),
+    }));
+    timelineView.setData({ lanes, range: rows.length ? [t0, t1] : null });
   }
 
   function addEvent(e) {
@@ -434,15 +427,7 @@
     custom.textContent = '(given)';
     presetBox.appendChild(custom);
     buildControls();
-    const legend = document.querySelector('.legend');
-    for (const [k, c] of Object.entries(STATE_COLORS)) {
-      const s = document.createElement('span');
-      const i = document.createElement('i');
-      i.style.background = c;
-      s.appendChild(i);
-      s.appendChild(document.createTextNode(k));
-      legend.appendChild(s);
-    }
+    timelineView = window.CohortTimeline.create($('timeline-view'), { canvasId: 'timeline', laneNoun: 'worker', outliers: false, empty: 'no workers on the timeline (timeline_workers)' });
     initCharts();
     presetBox.addEventListener('change', () => {
       const p = schema.presets.find((x) => x.name === presetBox.value);
@@ -473,6 +458,7 @@
     get params() { return Object.assign({}, params); },
     get report() { return last; },
     get series() { return series.slice(); },
+    get timeline() { return timelineView; },
     get running() { return running; },
     pause() { running = false; $('pause').textContent = 'resume'; drawSummary(); },
     resume() { running = !finished; $('pause').textContent = 'pause'; },
