@@ -14,6 +14,7 @@ packages=(
   dpkg-dev      # dpkg-shlibdeps: the .deb's library dependencies (cpack, scripts/check-downstream.sh)
   clang-14 libfuzzer-14-dev  # libFuzzer with ASan/UBSan: the parsers' fuzz harnesses (fuzz/, bench/fuzz.sh)
   sentencepiece  # spm_encode: the reference `cohort data prepare`'s tokens are checked against (tests/unit/data)
+  nginx          # the real web server remote data sets are read from in the tests and bench/data/data_http.sh (range requests)
 )
 bash scripts/apt-install-missing.sh setup-test-tools "${packages[@]}"
 

@@ -19,6 +19,7 @@ packages=(
   libssl-dev            # OpenSSL's libcrypto: HMAC-SHA256 and random bytes for the job token (docs/security.md)
   libcpp-httplib-dev    # the HTTP server of the dashboard and /metrics (header-only)
   libsentencepiece-dev  # `cohort data prepare`: trains (BPE) and runs SentencePiece tokenizers (docs/data.md)
+  libcurl4-openssl-dev  # remote data sets: shards fetched over HTTP(S) with range requests into a local cache (docs/data.md)
   libjs-chart.js        # the dashboard's charts (Chart.js), embedded in the binary at build time
   libgtest-dev          # GoogleTest
   dataset-fashion-mnist # the example's data set (gzipped IDX under /usr/share/datasets/fashion-mnist)

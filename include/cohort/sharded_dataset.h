@@ -8,6 +8,9 @@
 // size that divides G. The state (epoch, position, seed, fingerprints) is a few hundred bytes of
 // JSON; restoring it is a seek, not a replay, and works at another world size.
 //
+// The data set's location may be an http(s) URL: shards are then fetched into a local cache folder
+// (options.cache_dir, bounded by options.cache_bytes) ahead of their use.
+//
 // Use it with torch's loader for stateful datasets, batch size G / W, and workers = 0:
 //   cohort::ShardedDatasetOptions options;
 //   options.seq_len = 256;
@@ -43,6 +46,13 @@ struct ShardedDatasetOptions {
   bool shuffle = true;       ///< false: samples in data set order every epoch
   bool verify_checksums = false;  ///< hash every shard at open (slow on large data: `cohort data verify`)
   int prefetch_batches = 2;  ///< this rank's next batches read ahead into memory on a background thread (0: none)
+  /// A data set at an http(s) URL (its manifest at URL/manifest.json): the folder its shards are
+  /// cached in (required for a URL; the ranks of one machine may share it, docs/data.md).
+  std::string cache_dir;
+  uint64_t cache_bytes = 0;     ///< the cache folder's limit in bytes (0: none); below one shard plus the indexes it is refused
+  int http_tries = 5;           ///< attempts per HTTP request before the error (a request that made progress counts again from 1)
+  double http_backoff_s = 0.5;  ///< the wait after the first failed attempt; it doubles after each next one (0.5 + 1 + 2 + 4 s)
+  double http_timeout_s = 10;   ///< the connect timeout, and how long a transfer may stall (under 1 KiB/s) before the attempt fails
 };
 
 /// One prepared data set of a blend, and its weight: a blend of {"prose", 7} and {"code", 3} draws

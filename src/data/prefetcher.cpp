@@ -13,15 +13,17 @@ Prefetcher::~Prefetcher() {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
     pending_.clear();
+    tasks_.clear();
   }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
 }
 
-void Prefetcher::request(std::vector<Range> ranges) {
+void Prefetcher::request(std::vector<Range> ranges, std::vector<Task> tasks) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     pending_ = std::move(ranges);
+    tasks_ = std::move(tasks);
     if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
   }
   wake_.notify_all();
@@ -29,15 +31,26 @@ void Prefetcher::request(std::vector<Range> ranges) {
 
 void Prefetcher::wait_idle() {
   std::unique_lock<std::mutex> lock(mutex_);
-  idle_.wait(lock, [this] { return (pending_.empty() && !busy_) || stop_; });
+  idle_.wait(lock, [this] { return (pending_.empty() && tasks_.empty() && !busy_) || stop_; });
 }
 
 void Prefetcher::run() {
   static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    wake_.wait(lock, [this] { return stop_ || !pending_.empty(); });
+    wake_.wait(lock, [this] { return stop_ || !pending_.empty() || !tasks_.empty(); });
     if (stop_) return;
+    if (!tasks_.empty()) {  // one at a time: a newer request replaces the rest
+      const Task task = std::move(tasks_.front());
+      tasks_.erase(tasks_.begin());
+      busy_ = true;
+      lock.unlock();
+      task();
+      lock.lock();
+      busy_ = false;
+      if (pending_.empty() && tasks_.empty()) idle_.notify_all();
+      continue;
+    }
     const std::vector<Range> ranges = std::move(pending_);
     pending_.clear();
     busy_ = true;
@@ -54,7 +67,7 @@ void Prefetcher::run() {
     }
     lock.lock();
     busy_ = false;
-    if (pending_.empty()) idle_.notify_all();
+    if (pending_.empty() && tasks_.empty()) idle_.notify_all();
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include <torch/serialize/archive.h>
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <mutex>
@@ -27,10 +28,13 @@ struct ShardedDataset::Impl {
   std::vector<std::pair<size_t, uint64_t>> read;
   uint64_t read_bytes = 0;
   void note_read(const std::vector<std::pair<size_t, uint64_t>>& samples, uint64_t bytes);
+  // Asks the prefetcher for what follows the batch at `first`: local samples' bytes, remote shards.
+  void request_ahead(int64_t epoch, int64_t first);
   mutable std::mutex mutex;
   int64_t epoch = 0;
   int64_t position = 0;  // positions of the epoch's order the whole job consumed
   int64_t steps() const { return static_cast<int64_t>(sources->epoch_samples()) / options.global_batch; }
+  bool remote = false;  // a source is at an http(s) URL
 };
 
 namespace {
@@ -78,11 +82,18 @@ ShardedDataset::ShardedDataset(const std::vector<BlendSource>& sources, int rank
   for (const auto& s : sources) specs.push_back({s.dir, s.weight});
   try {
     const uint64_t window = options.seq_len > 0 ? static_cast<uint64_t>(options.seq_len) + 1 : 2;
+    data::RemoteOptions remote;
+    remote.cache_dir = options.cache_dir;
+    remote.cache_bytes = options.cache_bytes;
+    remote.http = {std::max(1, options.http_tries), std::max(0.0, options.http_backoff_s), std::max(0.1, options.http_timeout_s)};
+    remote.rank = rank;
     m.sources = std::make_unique<data::SampleSources>(
         specs, window, options.seed, data::OrderOptions{options.block, options.window_blocks, options.shuffle},
-        options.verify_checksums);
+        options.verify_checksums, remote);
   } catch (const ConfigError& e) {
     throw ConfigError(rank, without_rank_prefix(e.what()));
+  } catch (const Error&) {  // a server that does not answer: already names the rank
+    throw;
   } catch (const std::exception& e) {  // the order's limits
     throw ConfigError(rank, std::string("ShardedDataset: ") + e.what());
   }
@@ -91,6 +102,7 @@ ShardedDataset::ShardedDataset(const std::vector<BlendSource>& sources, int rank
     throw ConfigError(rank, names + " holds tokens: set ShardedDatasetOptions::seq_len (tokens per sample, minus one)");
   }
   if (options.prefetch_batches < 0) throw ConfigError(rank, "ShardedDataset: a negative prefetch_batches");
+  for (size_t d = 0; d < m.sources->sources(); ++d) m.remote = m.remote || m.sources->source(d).remote();
   if (options.prefetch_batches > 0) m.prefetcher = std::make_unique<data::Prefetcher>();
   if (m.sources->epoch_samples() < static_cast<uint64_t>(options.global_batch)) {
     throw ConfigError(rank, names + ": " + std::to_string(m.sources->epoch_samples()) +
@@ -126,18 +138,7 @@ torch::optional<torch::data::Example<>> ShardedDataset::read_batch(size_t batch_
   }
   std::vector<std::pair<size_t, uint64_t>> done;  // what this batch read, for note_read()
   auto at = [&](int64_t j) { return m.sources->at(static_cast<uint64_t>(epoch), static_cast<uint64_t>(first + j * m.world + m.rank)); };
-  if (m.prefetcher) {  // this rank's next batches of the epoch, read while the step computes
-    std::vector<data::Prefetcher::Range> ahead;
-    const int64_t end = m.steps() * m.options.global_batch;
-    for (int64_t b = 1; b <= m.options.prefetch_batches && first + b * m.options.global_batch < end; ++b) {
-      for (int64_t j = 0; j < local; ++j) {
-        const data::SampleRef ref = at(b * m.options.global_batch / m.world + j);
-        const auto span = m.sources->source(ref.source).sample_bytes(ref.sample);
-        ahead.emplace_back(span.first, static_cast<size_t>(span.second));
-      }
-    }
-    m.prefetcher->request(std::move(ahead));
-  }
+  if (m.prefetcher) m.request_ahead(epoch, first);
   if (m.sources->tokens()) {
     const int64_t window = m.options.seq_len + 1;
     torch::Tensor t = torch::empty({local, window}, torch::kInt64);
@@ -160,6 +161,46 @@ torch::optional<torch::data::Example<>> ShardedDataset::read_batch(size_t batch_
   }
   m.note_read(done, static_cast<uint64_t>(t.numel()));
   return torch::data::Example<>(t, torch::Tensor());
+}
+
+void ShardedDataset::Impl::request_ahead(int64_t epoch, int64_t first) {
+  // Local shards: this rank's next batches of the epoch, read into the page cache while the step
+  // computes. Remote shards: the shards those batches and the rest of the shuffle's window (sampled
+  // at 64 positions) lie in, fetched into the cache in the order they are needed.
+  const int64_t G = options.global_batch, local = G / world, end = steps() * G;
+  auto at = [&](int64_t position) { return sources->at(static_cast<uint64_t>(epoch), static_cast<uint64_t>(position)); };
+  std::vector<data::Prefetcher::Range> ahead;
+  std::vector<std::vector<size_t>> shards(sources->sources());  // per source, in the order needed
+  auto need = [&](const data::SampleRef& ref) {
+    const data::ShardSet& set = sources->source(ref.source);
+    if (!set.remote()) {
+      const auto span = set.sample_bytes(ref.sample);
+      ahead.emplace_back(span.first, static_cast<size_t>(span.second));
+      return;
+    }
+    const size_t s = set.shard_of(ref.sample);
+    auto& list = shards[ref.source];
+    if (std::find(list.begin(), list.end(), s) == list.end()) list.push_back(s);
+  };
+  for (int64_t b = 1; b <= options.prefetch_batches && first + b * G < end; ++b) {
+    for (int64_t j = 0; j < local; ++j) need(at(first + b * G + j * world + rank));
+  }
+  if (remote) {
+    const int64_t from = first + G, span = static_cast<int64_t>(std::min<uint64_t>(options.block * options.window_blocks, 1ull << 40));
+    const int64_t to = std::min(end, from + span);
+    for (int64_t k = 0; k < 64 && from < to; ++k) {
+      const data::SampleRef ref = at(from + (to - from) * k / 64);
+      if (sources->source(ref.source).remote()) need(ref);
+    }
+  }
+  std::vector<data::Prefetcher::Task> tasks;
+  for (size_t d = 0; d < shards.size(); ++d) {
+    if (shards[d].empty()) continue;
+    const auto keep = std::make_shared<const std::vector<size_t>>(shards[d]);
+    const data::ShardSet* set = &sources->source(d);
+    for (size_t s : shards[d]) tasks.push_back([set, s, keep] { set->prefetch_shard(s, *keep); });
+  }
+  prefetcher->request(std::move(ahead), std::move(tasks));
 }
 
 void ShardedDataset::Impl::note_read(const std::vector<std::pair<size_t, uint64_t>>& samples, uint64_t bytes) {

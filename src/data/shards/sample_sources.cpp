@@ -6,12 +6,12 @@
 namespace cohort::data {
 
 SampleSources::SampleSources(const std::vector<SourceSpec>& specs, uint64_t window, uint64_t seed, OrderOptions order,
-                             bool verify_checksums) {
+                             bool verify_checksums, const RemoteOptions& remote) {
   if (specs.empty()) throw ConfigError(-1, "no data set to read");
   std::vector<uint64_t> weights;
   std::string key;
   for (size_t d = 0; d < specs.size(); ++d) {
-    sets_.push_back(std::make_unique<ShardSet>(specs[d].dir, window, verify_checksums));
+    sets_.push_back(std::make_unique<ShardSet>(specs[d].dir, window, verify_checksums, remote));
     const Manifest& m = sets_.back()->manifest();
     const Manifest& first = sets_[0]->manifest();
     names_ += (d ? " + " : "") + specs[d].dir;

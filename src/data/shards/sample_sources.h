@@ -37,9 +37,10 @@ class SampleSources {
  public:
   /// Opens every source (ShardSet's errors, naming the file) and checks that they are alike:
   /// all tokens with one tokenizer, or all records of one size (cohort::ConfigError naming both
-  /// directories otherwise). `window`: tokens per sample (ignored for records).
+  /// directories otherwise). `window`: tokens per sample (ignored for records). `remote`: how
+  /// sources at http(s) URLs are cached and fetched.
   SampleSources(const std::vector<SourceSpec>& specs, uint64_t window, uint64_t seed, OrderOptions order,
-                bool verify_checksums);
+                bool verify_checksums, const RemoteOptions& remote = {});
 
   /// Positions per epoch: the samples of all sources.
   uint64_t epoch_samples() const { return epoch_samples_; }
