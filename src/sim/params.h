@@ -81,7 +81,7 @@ struct Params {
   // The run.
   double hours = 1;                // simulated wall time
   unsigned long long seed = 1;
-  int timeline_workers = 32;       // workers whose timeline is kept (the first ones)
+  int timeline_workers = 32;       // workers whose timeline is kept (a sample spread over the world)
   double timeline_s = 10;          // the timeline's window, seconds
   double sample_s = 0;             // series sampling interval; 0: hours*3600/240
   double memory_budget_mb = 256;   // the series and the timeline past it: coarser, shorter (engine/budget.h)

@@ -125,6 +125,9 @@ json report_json(const Simulation& s, const ReportParts& parts) {
       rows.push_back(std::move(segs));
     }
     j["timeline"] = std::move(rows);
+    json ids = json::array();  // the world's worker of each row (a sample spread over the world)
+    for (size_t i = 0; i < j["timeline"].size(); ++i) ids.push_back(s.timeline_worker(static_cast<int>(i)));
+    j["timeline_workers"] = std::move(ids);
   }
   return j;
 }

@@ -9,6 +9,7 @@ const fs = require('fs');
 const path = require('path');
 const { execFileSync } = require('child_process');
 const t = require('./lib');
+const { timelineInfo, clickSpan } = require('./timeline_checks');
 
 const cohort = t.env('COHORT_CLI');
 const pageDir = t.env('COHORT_SIM_PAGE');
@@ -74,6 +75,40 @@ async function opensFromAFileAndRuns() {
     assert.ok(best > 0 && yd > 0 && Math.abs(best / yd - 1) < 0.35, 'best ' + best + ' s, Young/Daly ' + yd + ' s');
     console.log('  6 h of 64 GPUs; best checkpoint interval ' + best.toFixed(0) + ' s, Young/Daly ' + yd.toFixed(0) + ' s');
     await page.screenshot({ path: path.join(t.artifactsDir(), 'sim-64-gpus.png'), fullPage: true });
+    assertClean(page);
+  } finally {
+    await browser.close();
+  }
+}
+
+// The dashboard's timeline view (web/timeline.js) on 1,024 simulated workers: 32 sampled over the
+// world, the 4 slow ones among them computing twice as long while the others wait; a click on a
+// span names the worker.
+async function timelineOfSampledWorkers() {
+  const browser = await t.launchBrowser();
+  try {
+    const big = { nodes: 128, workers_per_node: 8, compute_cv: 0, slow_workers: 4, slow_factor: 2, timeline_workers: 32, timeline_s: 5, hours: 1 };
+    const page = await t.openPage(browser, fileUrl + '#params=' + encodeURIComponent(JSON.stringify(big)));
+    await page.click('#pause');
+    await page.evaluate(() => window.cohortSim.runTo(600));
+    const info = await timelineInfo(page, 'window.cohortSim.timeline');
+    assert.strictEqual(info.lanes.length, 32);
+    assert.deepStrictEqual(info.lanes.slice(0, 3).map((l) => l.label), ['worker 31', 'worker 63', 'worker 95']);
+    assert.ok(info.lanes.every((l) => l.spans > 0), 'every sampled worker drawn');
+    assert.ok(info.painted > 10000, 'painted: ' + info.painted);
+    for (const name of ['compute', 'comm_wait', 'allreduce']) assert.ok(info.legend.includes(name), 'legend ' + name + ': ' + info.legend);
+    const busy = new Map();
+    for (const d of info.drawn) if (d.name === 'compute') busy.set(d.lane, (busy.get(d.lane) || 0) + d.dur);
+    const slow = [255, 511, 767, 1023];
+    for (const w of slow) assert.ok(busy.get(w) > 1.8 * busy.get(31), 'worker ' + w + ' computes longer: ' + busy.get(w) + ' vs ' + busy.get(31));
+    assert.ok(busy.get(63) < 1.1 * busy.get(31), 'worker 63 is not slow');
+    const wait = info.drawn.find((d) => d.lane === 31 && d.name === 'comm_wait' && d.w > 4);
+    assert.ok(wait, 'worker 31 waits for the slow ones');
+    const details = await clickSpan(page, wait);
+    assert.strictEqual(details.name, 'comm_wait');
+    assert.strictEqual(details.fields.worker, 'worker 31');
+    assert.strictEqual(details.fields.state, 'waiting');
+    await page.locator('#timeline-view').screenshot({ path: path.join(t.artifactsDir(), 'sim-timeline-1024-workers.png') });
     assertClean(page);
   } finally {
     await browser.close();
@@ -239,6 +274,7 @@ async function servedOnLoopbackWithItsParameters() {
 
 t.run([
   ['the page opens from a file, runs, and draws every view', opensFromAFileAndRuns],
+  ['the timeline of 1,024 workers: a sample over the world, the slow ones among them, the details of a span', timelineOfSampledWorkers],
   ['changes through the controls mid-run move throughput and goodput as cohort sim run --at predicts', changesMidRunMoveTheChartsAsTheCliPredicts],
   ['bad values are named and the simulation goes on', badValuesAreNamed],
   ['past the memory budget the page shows the notice and goes on', pastTheMemoryBudgetTheNoticeShows],

@@ -222,7 +222,7 @@ void Simulation::step_once(double limit) {
       if (prob > 0 && rng_.uniform() < prob) m *= p_.straggle_factor;
       smax = std::max(smax, m);
       ssum += m;
-      if (w < k_timeline) scratch_[static_cast<size_t>(w)] = static_cast<float>(m);
+      if (is_slow(w, n, k_timeline)) scratch_[static_cast<size_t>((w * k_timeline) / n)] = static_cast<float>(m);  // timeline_worker()
     }
   }
 

@@ -122,9 +122,13 @@ class Simulation {
   /// The per-bucket collective times of the current shape (seconds), in backward order.
   const std::vector<double>& bucket_comm_s() const { return bucket_comm_; }
 
-  /// The timeline of the first timeline_workers workers over the last timeline_s seconds (or the
-  /// shorter window of the memory plan).
+  /// The timeline of timeline_workers workers over the last timeline_s seconds (or the shorter
+  /// window of the memory plan): row i is worker timeline_worker(i).
   std::vector<std::vector<Segment>> timeline() const;
+  /// The worker on row `row` of the timeline: a sample spread evenly over the world (the last of
+  /// each of timeline_workers equal blocks, as the slow workers are placed), so that a sample of
+  /// thousands of workers shows the slow ones and every node's share.
+  int64_t timeline_worker(int row) const;
   /// The series' interval and the timeline's window within memory_budget_mb, and the one line that
   /// says what was down-sampled (budget.h).
   const MemoryPlan& memory_plan() const { return plan_; }

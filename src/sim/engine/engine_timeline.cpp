@@ -1,5 +1,6 @@
-// The simulation's timeline (see engine.h): the steps of the last timeline_s seconds for the first
-// timeline_workers workers, stored compactly and turned into segments when asked.
+// The simulation's timeline (see engine.h): the steps of the last timeline_s seconds for
+// timeline_workers workers sampled evenly over the world, stored compactly and turned into
+// segments when asked.
 #include <algorithm>
 
 #include "engine.h"
@@ -26,6 +27,13 @@ void Simulation::prune_timeline() {
   }
   while (!outages_.empty() && outages_.front().t1 < from) outages_.pop_front();
   while (!checkpoint_stalls_.empty() && checkpoint_stalls_.front().second < from) checkpoint_stalls_.pop_front();
+}
+
+int64_t Simulation::timeline_worker(int row) const {
+  const auto k = static_cast<int64_t>(scratch_.size());
+  const int64_t n = world();
+  if (k <= 0 || n <= 0) return row;
+  return ((static_cast<int64_t>(row) + 1) * n + k - 1) / k - 1;
 }
 
 std::vector<std::vector<Segment>> Simulation::timeline() const {
@@ -60,7 +68,8 @@ std::vector<std::vector<Segment>> Simulation::timeline() const {
   }
   for (const auto& o : outages_) {
     for (int w = 0; w < k; ++w) {
-      const bool failed = w >= o.first_worker && w < o.first_worker + o.workers;
+      const int64_t id = timeline_worker(w);
+      const bool failed = id >= o.first_worker && id < o.first_worker + o.workers;
       add(rows[static_cast<size_t>(w)], o.t0, std::min(o.t1, t_), failed ? WorkerState::failed : WorkerState::restarting);
     }
   }

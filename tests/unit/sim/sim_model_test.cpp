@@ -297,3 +297,34 @@ TEST(SimReport, NoNanAnywhereEvenForAJobThatNeverRan) {
   EXPECT_EQ(text.find("null"), std::string::npos) << "NaN or Inf became null in: " << text.substr(0, 400);
   EXPECT_EQ(s.totals().steps, 0);
 }
+
+// The timeline's workers (issue 49, the simulator's page): a sample spread over the world, which
+// holds the slow workers, not the first ones; the report names each row's worker; a slow worker's
+// row computes longer while the others wait for it.
+TEST(SimEngine, TheTimelineSamplesWorkersOverTheWorldSlowOnesIncluded) {
+  Params p;
+  p.nodes = 128;
+  p.workers_per_node = 8;  // 1024 workers
+  p.compute_cv = 0;
+  p.slow_workers = 4;
+  p.slow_factor = 2;
+  p.timeline_workers = 32;
+  p.hours = 0.01;
+  Simulation s(p);
+  s.run();
+  const auto j = report_json(s, {false, false, true});
+  ASSERT_EQ(j["timeline_workers"].size(), 32u);
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(j["timeline_workers"][i].get<int64_t>(), 32 * i + 31);
+  const auto rows = s.timeline();
+  ASSERT_EQ(rows.size(), 32u);
+  auto busy = [](const std::vector<Segment>& row) {
+    double b = 0;
+    for (const auto& seg : row) b += seg.state == WorkerState::computing ? seg.t1 - seg.t0 : 0;
+    return b;
+  };
+  for (int i = 0; i < 32; ++i) {
+    const bool slow = (i + 1) % 8 == 0;  // workers 255, 511, 767, 1023
+    if (slow) EXPECT_GT(busy(rows[i]), 1.9 * busy(rows[0])) << "row " << i;
+    else EXPECT_NEAR(busy(rows[i]), busy(rows[0]), 1e-6 * busy(rows[0])) << "row " << i;
+  }
+}
