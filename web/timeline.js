@@ -19,11 +19,13 @@
   const GUTTER = 112;   // lane labels, CSS pixels
   const AXIS = 20;
   const LANE_GAP = 5;
-  // A span this much longer than the typical one of its kind on the view (and 2 ms more) is outlined
+  // A span this much longer than the typical one of its kind on the view (and 2 ms, and 5 % of a
+  // step, more) is outlined
   // in red: the straggler's long phase, a late bucket, a slow checkpoint. Waits are the others'
   // symptom, not a cause: never outlined.
   const OUTLIER_FACTOR = 2;
   const OUTLIER_MIN_S = 0.002;
+  const OUTLIER_STEP_SHARE = 0.05;
 
   function colorOf(name) {
     if (COLORS[name]) return COLORS[name];
@@ -148,13 +150,24 @@
           per.get(lane).push(s);
         }
       }
+      // ... and longer by at least 5 % of a step (the median over the lanes' steps), so that a
+      // busy machine's noise in a 0.1 ms phase is no outlier.
+      const steps = new Map();
+      for (const lane of view.lanes) {
+        for (const s of lane.spans) {
+          if (s.cat !== 'compute' || s.step === undefined) continue;
+          const key = lane.id + '/' + s.step;
+          steps.set(key, (steps.get(key) || 0) + s.dur);
+        }
+      }
+      const minExtra = Math.max(OUTLIER_MIN_S, OUTLIER_STEP_SHARE * (median([...steps.values()]) || 0));
       let n = 0;
       for (const per of byKind.values()) {
         const all = [...per.values()].flat();
         if (all.length < 3) continue;
         const base = Math.min(...[...per.values()].map((list) => median(list.map((s) => s.dur))));
         for (const s of all) {
-          s.outlier = s.dur > OUTLIER_FACTOR * base && s.dur - base >= OUTLIER_MIN_S ? s.dur / base : 0;
+          s.outlier = s.dur > OUTLIER_FACTOR * base && s.dur - base >= minExtra ? s.dur / base : 0;
           if (s.outlier) n++;
         }
       }
