@@ -124,6 +124,8 @@ torch::nn::Sequential make_gpt(const GptConfig& c) {
 }
 
 torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets) {
-  return torch::nn::functional::cross_entropy(logits.view({-1, logits.size(-1)}).to(torch::kFloat),
+  // bf16 logits in float; float64 ones (--double) as they are.
+  const auto flat = logits.view({-1, logits.size(-1)});
+  return torch::nn::functional::cross_entropy(flat.scalar_type() == torch::kDouble ? flat : flat.to(torch::kFloat),
                                               targets.reshape({-1}));
 }

@@ -22,6 +22,8 @@
 #include "corpus.h"
 #include "error_line.h"  // examples::error_line
 #include "gpt_model.h"
+#include "mesh/mesh_model.h"  // gpt_mesh::check_options
+#include "mesh/mesh_train.h"
 #include "options.h"
 #include "train.h"
 
@@ -45,6 +47,7 @@ int run(Options o, const Overrides& ov) {
   if (ov.seq_len != 0) o.model.seq_len = ov.seq_len;
   o.model.aten_gelu = ov.aten_gelu;
   if (const std::string problem = o.model.problem(); !problem.empty()) throw cohort::ConfigError(env_rank, problem);
+  if (o.mesh()) gpt_mesh::check_options(o, cohort::resolve_job_env().world_size, env_rank);  // before any connection
 
   // The corpus before init(): a warm spare (cohort run --warm-spares) has it read when released.
   const Corpus corpus = load_corpus(o.corpus, env_rank);
@@ -57,9 +60,17 @@ int run(Options o, const Overrides& ov) {
   }
   cohort::set_num_threads(std::max(1, threads));
 
+  if (o.mesh()) {  // tensor, pipeline and data parallel (mesh/mesh_train.h)
+    nlohmann::json result = train_mesh(ctx, corpus, o);
+    result["rank"] = ctx->rank();
+    result["preset"] = o.preset;
+    std::cout << result.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
+    return 0;
+  }
   torch::manual_seed(o.seed);  // the same initial model everywhere (rank 0's is broadcast anyway)
   torch::nn::Sequential net = make_gpt(o.model);
   net->to(device);
+  if (o.f64) net->to(torch::kDouble);
   nlohmann::json result;
   if (o.mode == "ddp") {
     cohort::DDPOptions ddp;
@@ -150,9 +161,23 @@ int main(int argc, char** argv) {
       ->needs(dir);
   app.add_flag("!--no-bf16", o.bf16, "On CUDA, train in float32 instead of bf16 autocast");
   app.add_flag("--phase-times", o.phase_times, "Time each phase of a step (synchronising the device) into the result's phase_ms");
+  app.add_option("--tp", o.tp, "Tensor-parallel ranks (attention heads, MLP and vocabulary split)")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--pp", o.pp, "Pipeline-parallel ranks (the blocks split into stages)")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--dp", o.dp, "Data-parallel ranks with --tp/--pp (0: the world / (tp x pp))")->check(CLI::NonNegativeNumber);
+  app.add_option("--schedule", o.schedule, "Pipeline schedule: gpipe, 1f1b, interleaved or zbh1")->capture_default_str();
+  app.add_option("--microbatches", o.microbatches, "Microbatches of --batch sequences per step and dp rank (0: --pp)")->check(CLI::NonNegativeNumber);
+  app.add_option("--virtual-stages", o.virtual_stages, "Stages per pipeline rank (interleaved; 0: 2 for interleaved, else 1)")->check(CLI::NonNegativeNumber);
+  app.add_flag("--double", o.f64, "Train in float64 on the CPU (tests: equivalence where float32 rounding would be amplified)");
+  app.add_flag("--print-grad-norms", o.print_grad_norms, "Print each step's global gradient norm before clipping (rank 0)");
+  app.add_option("--save-params", o.save_params, "Write the whole model's parameters here at the end (rank 0; tests)");
+  app.add_option("--compare-params", o.compare_params, "Compare the final parameters with this --save-params file (param_max_rel_diff)");
   if (auto status = examples::parse_command_line(app, argc, argv, "gpt")) return *status;
   if (o.min_lr > o.lr) {
     std::cerr << "gpt: --min-lr " << o.min_lr << " is above --lr " << o.lr << std::endl;
+    return 2;
+  }
+  if (o.f64 && o.device != "cpu") {
+    std::cerr << "gpt: --double trains on --device cpu only" << std::endl;
     return 2;
   }
   try {

@@ -36,4 +36,15 @@ struct Options {
   int64_t snapshot_every = 0;  // in-memory snapshots every N steps (0: none; under cohort run)
   bool bf16 = true;  // autocast to bf16 on CUDA
   bool phase_times = false;  // milliseconds per phase of a step in the result (phase_times.h)
+  // The device mesh (issue 47, mesh/mesh_train.h): pp x dp x tp ranks, tp innermost.
+  int tp = 1, pp = 1, dp = 0;  // dp 0: the world / (tp * pp)
+  std::string schedule = "1f1b";  // gpipe, 1f1b, interleaved, zbh1
+  int microbatches = 0;           // per optimizer step and dp rank, each of --batch sequences (0: --pp)
+  int virtual_stages = 0;         // interleaved: stages per pipeline rank (0: 2 for interleaved, else 1)
+  // Tests: each step's global gradient norm (before clipping) on rank 0, and the whole model
+  // written to a file (--save-params) or compared with one (--compare-params: param_max_rel_diff).
+  bool print_grad_norms = false;
+  std::string save_params, compare_params;
+  bool f64 = false;  // --double: the model in float64 (tests: equivalence below float32's rounding)
+  bool mesh() const { return tp > 1 || pp > 1 || dp > 0 || microbatches > 0; }
 };

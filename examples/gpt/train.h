@@ -17,6 +17,7 @@
 #include "gpt_model.h"
 #include "options.h"
 #include "phase_times.h"
+#include "mesh/test_outputs.h"
 #include "schedule.h"
 
 using Ddp = cohort::DistributedDataParallel<torch::nn::Sequential>;
@@ -25,9 +26,12 @@ using Local = cohort::LocalSGD<torch::nn::Sequential>;
 
 // --- what differs between the wrappers -------------------------------------------------------------
 
-inline void clip_gradients(Ddp& m, double max_norm) { clip_grad_norm_queued(m->parameters(), max_norm); }
-inline void clip_gradients(Sharded& m, double max_norm) { m->clip_grad_norm(max_norm); }  // over the shards: a collective
-inline void clip_gradients(Local& m, double max_norm) { clip_grad_norm_queued(m->parameters(), max_norm); }
+// Each returns the global norm before clipping (a tensor: read back only for --print-grad-norms).
+inline torch::Tensor clip_gradients(Ddp& m, double max_norm) { return clip_grad_norm_queued(m->parameters(), max_norm); }
+inline torch::Tensor clip_gradients(Sharded& m, double max_norm) {  // over the shards: a collective
+  return torch::scalar_tensor(m->clip_grad_norm(max_norm), torch::kDouble);
+}
+inline torch::Tensor clip_gradients(Local& m, double max_norm) { return clip_grad_norm_queued(m->parameters(), max_norm); }
 
 // After the optimizer's step and at the end: DiLoCo counts its local steps and synchronises.
 template <typename M>
@@ -81,13 +85,13 @@ inline std::string hex16(uint64_t v) {
   return hex;
 }
 template <typename M>  // Ddp, Local
-std::string checksum_of(M& m) {
-  return cohort::parameters_checksum(*m->module());
+std::vector<torch::Tensor> full_parameters_of(M& m) {
+  return m->module()->parameters();
 }
-inline std::string checksum_of(Sharded& m) {  // collective: gathers the whole model
+inline std::vector<torch::Tensor> full_parameters_of(Sharded& m) {  // collective: gathers the whole model
   std::vector<torch::Tensor> all;
   for (auto& [name, t] : m->full_state(nullptr).model) all.push_back(t);
-  return hex16(cohort::tensors_hash(all));
+  return all;
 }
 
 // --- helpers -------------------------------------------------------------------------------------
@@ -273,7 +277,7 @@ nlohmann::json train(M& model, std::shared_ptr<cohort::Context> ctx, const Corpu
         if (++micro < o.accum) continue;
         micro = 0;
         const double lr = schedule.lr();
-        clip_gradients(model, o.clip);
+        print_grad_norm(o, c.rank(), step + 1, clip_gradients(model, o.clip));
         phases.end("clip");
         decay.apply(lr, o.weight_decay);
         optimizer.step();
@@ -311,16 +315,18 @@ nlohmann::json train(M& model, std::shared_ptr<cohort::Context> ctx, const Corpu
     const bool final_eval_due = !(o.eval_every > 0 && step % o.eval_every == 0);
     if (final_eval_due) val_loss = evaluate(model, c, val_set, o, device);
     const double tokens_per_s = timed_s > 0 ? tokens_per_step * timed_steps / timed_s : NAN;
+    const std::vector<torch::Tensor> full = full_parameters_of(model);
     nlohmann::json result{{"val_loss", val_loss},
                           {"train_loss", last_loss},
                           {"tokens_per_s", tokens_per_s},
                           {"mfu", tokens_per_s * cfg.flops_per_token() / peak},
-                          {"param_checksum", checksum_of(model)},
+                          {"param_checksum", hex16(cohort::tensors_hash(full))},
                           {"world_size", c.world_size()},
                           {"steps", step},
                           {"mode", o.mode},
                           {"parameters", cfg.parameters()},
                           {"unigram_entropy", corpus.unigram_entropy}};
+    save_or_compare_params(full, o, c.rank(), result);
     if (o.phase_times) result["phase_ms"] = phases.per_step(timed_steps);
     if (o.sample_tokens > 0) result["sample"] = generate(model, cfg, "\n", o.sample_tokens, o.seed, device);
     return result;
