@@ -81,6 +81,30 @@ constexpr int kPhaseCount = 5;
 /// The phase's name: "data", "forward", "backward", "comm_wait" or "optimizer".
 const char* to_string(Phase phase);
 
+/// The most spans one step's timeline carries (StepTimeline::truncated says when more were left out).
+constexpr int kMaxTimelineSpans = 256;
+
+/// One span of a step's timeline (docs/monitoring.md#timeline). The strings are static literals.
+struct TimelineSpan {
+  const char* name = "";  ///< "data", "forward", "backward", "comm_wait", "optimizer", "bucket", "ckpt_write", ...
+  const char* cat = "";   ///< "compute", "comm" or "io"
+  double start_s = 0;     ///< seconds after the timeline's t0 (negative: begun before this step)
+  double dur_s = 0;       ///< its length in seconds (>= 0)
+  int32_t index = -1;     ///< a collective's bucket or chunk number; -1: none
+  int64_t bytes = -1;     ///< bytes communicated or written; -1: none
+  const char* algorithm = "";  ///< a collective's algorithm: "ring" (Gloo), "shm" (shared memory), "nccl"
+  const char* what = "";  ///< what a collective was for ("ddp bucket", ...); empty: nothing to say
+};
+
+/// A step's spans on the job clock (StepRecord::timeline, docs/monitoring.md#timeline).
+struct StepTimeline {
+  double t0 = 0;              ///< job-clock seconds when the step began (the previous step() call)
+  double clock_offset_s = 0;  ///< this rank's clock offset: its own clock + offset = the job clock
+  double clock_error_s = 0;   ///< the offset's measured uncertainty (half the best round trip)
+  std::vector<TimelineSpan> spans;  ///< at most kMaxTimelineSpans, phases first, then as recorded
+  bool truncated = false;     ///< spans were left out over the cap
+};
+
 /// One step as measured (what the "metrics" message carries).
 struct StepRecord {
   int64_t step = 0;    ///< the step's number
@@ -109,6 +133,9 @@ struct StepRecord {
   /// drops steps slowed by such load, docs/sim.md).
   double cpu_s = 0;
   std::vector<std::pair<std::string, double>> scalars;  ///< the scalars given to step(), in order
+  /// The step's spans (phases, collectives, checkpoint I/O) on the job clock; empty spans with
+  /// COHORT_TIMELINE=0.
+  StepTimeline timeline;
 
   /// Seconds in phase `p`; nullopt where it was not measured.
   std::optional<double> phase(Phase p) const {

@@ -27,6 +27,7 @@ using ckpt::allreduce_int;
 std::optional<RestoreInfo> Checkpointer::restore_latest(const TrainingState& state) {
   COHORT_CHECK(state.module != nullptr, "TrainingState without a module");
   wait();
+  detail::MonitorSpan span(impl_->monitor_, "recovery", "compute");
   const auto began = steady_clock::now();
   const int rank = ctx_->rank();
   Checkpointer* snapshots = impl_->snapshots_.get();
@@ -88,7 +89,10 @@ std::optional<RestoreInfo> Checkpointer::restore_latest(const TrainingState& sta
     if (allreduce_int(*ctx_, mine, c10d::ReduceOp::MAX) == lowest) break;
     bound = lowest;
   }
-  if (!loaded.listed) return std::nullopt;
+  if (!loaded.listed) {
+    span.cancel();  // nothing to restore: no recovery on the timeline
+    return std::nullopt;
+  }
   const bool from_snapshot = snapshots && loaded.listed->path.rfind(snapshots->dir_ + "/", 0) == 0;
 
   const ckpt::Manifest& m = *loaded.listed->manifest;

@@ -19,6 +19,7 @@
 namespace cohort {
 SaveJob Checkpointer::Impl::capture(const TrainingState& state, bool copy) {
   COHORT_CHECK(state.module != nullptr, "TrainingState without a module");
+  detail::MonitorSpan span(monitor_, is_snapshots_ ? "snapshot_copy" : "ckpt_capture", "io");
   SaveJob job;
   job.step = owner_.step_;
   job.index = saves_started_++;

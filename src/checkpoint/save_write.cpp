@@ -48,6 +48,7 @@ nlohmann::json Checkpointer::Impl::part_of(const SaveJob& job) const {
 }
 
 void Checkpointer::Impl::write_and_commit(const SaveJob& job) {
+  detail::MonitorSpan span(monitor_, "ckpt_write", "io");  // the writer's thread; the next step's record takes it
   const std::string path = owner_.dir_ + "/" + ckpt::step_dir_name(job.step);
   nlohmann::json part = part_of(job);
   std::vector<ckpt::ManifestFile> files;

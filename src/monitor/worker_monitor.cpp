@@ -17,6 +17,7 @@
 #include "cohort/error.h"
 #include "runtime/agent_link/agent_link.h"
 #include "runtime/agent_link/flight_recorder.h"
+#include "runtime/clock/job_clock.h"
 #include "runtime/json_fields.h"
 #include "runtime/log.h"
 
@@ -39,10 +40,8 @@ int64_t process_cpu_ns() {
   return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
-int64_t steady_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+// The timeline's own clock (steady_clock, plus a test's shift: runtime/clock/job_clock.h).
+int64_t steady_ns() { return own_clock_ns(); }
 
 double wall_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -63,40 +62,6 @@ std::optional<int64_t> cuda_allocated_bytes(int device) {
 #endif
 }
 
-void append_escaped(std::string& out, const std::string& s) {
-  // A user's name need not be UTF-8, and the agent's parser refuses the whole datagram over one
-  // byte that is not: past ASCII, nlohmann writes it, with U+FFFD for such bytes.
-  if (std::any_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) >= 0x80; })) {
-    out += dump_text(nlohmann::json(s));
-    return;
-  }
-  out += '"';
-  for (const char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  out += '"';
-}
-
-void append_int(std::string& out, int64_t v) {
-  char buf[24];
-  auto res = std::to_chars(buf, buf + sizeof(buf), v);
-  out.append(buf, res.ptr);
-}
-
 const char* non_finite_name(double v) { return std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf"; }
 
 // A JSON value for the events, where nlohmann would write null for a non-finite double.
@@ -104,76 +69,10 @@ nlohmann::json json_value(double v) { return std::isfinite(v) ? nlohmann::json(v
 
 }  // namespace
 
-void append_json_number(std::string& out, double v) {
-  if (!std::isfinite(v)) {
-    out += '"';
-    out += non_finite_name(v);
-    out += '"';
-    return;
-  }
-  char buf[32];
-  auto res = std::to_chars(buf, buf + sizeof(buf), v);  // shortest round-trip form
-  out.append(buf, res.ptr);
-}
-
-std::string metrics_message(const StepRecord& r, const WorkerIdentity& who) {
-  std::string out;
-  out.reserve(512);
-  auto key = [&](const char* k) {
-    out += ",\"";
-    out += k;
-    out += "\":";
-  };
-  out += "{\"type\":\"metrics\",\"pid\":";
-  append_int(out, who.pid);
-  key("rank"), append_int(out, who.rank);
-  key("world_size"), append_int(out, who.world_size);
-  key("restart"), append_int(out, who.restart_count);
-  key("step"), append_int(out, r.step);
-  key("t"), append_json_number(out, r.t);
-  key("step_s"), append_json_number(out, r.step_s);
-  if (r.phase_mask) {
-    key("phases");
-    out += '{';
-    bool first = true;
-    for (int p = 0; p < kPhaseCount; ++p) {
-      if (!(r.phase_mask & (1u << p))) continue;
-      if (!first) out += ',';
-      first = false;
-      out += '"';
-      out += to_string(static_cast<Phase>(p));
-      out += "\":";
-      append_json_number(out, r.phase_s[p]);
-    }
-    out += '}';
-  }
-  if (r.samples) key("samples"), append_int(out, *r.samples);
-  if (r.samples_per_s) key("samples_per_s"), append_json_number(out, *r.samples_per_s);
-  if (r.grad_norm) key("grad_norm"), append_json_number(out, *r.grad_norm);
-  if (r.skipped) key("skipped"), out += "true";
-  key("rss_bytes"), append_int(out, r.rss_bytes);
-  if (r.cuda_bytes) key("cuda_bytes"), append_int(out, *r.cuda_bytes);
-  key("comm_bytes"), append_int(out, r.comm_bytes);
-  key("comm_s"), append_json_number(out, r.comm_s);
-  if (r.busbw) key("busbw"), append_json_number(out, *r.busbw);
-  if (r.compression) key("compression"), append_json_number(out, *r.compression);
-  key("monitor_s"), append_json_number(out, r.monitor_s);
-  key("cpu_s"), append_json_number(out, r.cpu_s);
-  key("scalars");
-  out += '{';
-  for (size_t i = 0; i < r.scalars.size(); ++i) {
-    if (i) out += ',';
-    append_escaped(out, r.scalars[i].first);
-    out += ':';
-    append_json_number(out, r.scalars[i].second);
-  }
-  out += "}}";
-  return out;
-}
-
 // --- StepMonitor ---------------------------------------------------------------------------------
 
-StepMonitor::StepMonitor(const MonitorOptions& options) : created_ns_(steady_ns()), last_cpu_ns_(process_cpu_ns()) {
+StepMonitor::StepMonitor(const MonitorOptions& options)
+    : created_ns_(steady_ns()), last_cpu_ns_(process_cpu_ns()), timeline_on_(timeline_from_env()) {
   identity_.pid = ::getpid();
   configure(options);
 }
@@ -222,11 +121,22 @@ void StepMonitor::mark(Phase next) noexcept {
     step_start_ns_.store(now, relaxed);  // the clock starts at the first mark
   } else if (current >= 0) {
     acc_ns_[current].store(acc_ns_[current].load(relaxed) + (now - last), relaxed);
+    if (timeline_on_) timeline_.phase_span(current, last, now);
   }
+  set_span_owner(this);  // the collectives this thread issues next are this monitor's
   const int n = static_cast<int>(next);
   mask_.store(mask_.load(relaxed) | (1u << n), relaxed);
   current_.store(n, relaxed);
   last_ns_.store(now, relaxed);
+}
+
+bool StepMonitor::timeline_from_env() {
+  const char* on = std::getenv("COHORT_TIMELINE");
+  return !(on && std::string(on) == "0");
+}
+
+void StepMonitor::add_span(const char* name, const char* cat, int64_t begin_ns, int64_t end_ns, int64_t bytes) {
+  if (enabled() && timeline_on_) timeline_.add_span(name, cat, begin_ns, end_ns, bytes);
 }
 
 void StepMonitor::anomaly(const char* what, double value, int rank, int64_t step) {
@@ -306,8 +216,10 @@ void StepMonitor::step(std::optional<int64_t> number, std::vector<std::pair<std:
     start = created_ns_;  // no mark yet: since the monitor began
   } else if (current >= 0) {
     acc_ns_[current].store(acc_ns_[current].load(relaxed) + (now - last), relaxed);
+    if (timeline_on_) timeline_.phase_span(current, last, now);
   }
   const uint32_t mask = mask_.load(relaxed);
+  if (timeline_on_) timeline_.take(this, start, (mask & ~1u) != 0, r.timeline);
   r.step_s = static_cast<double>(now - start) / 1e9;
   if (mask & ~1u) {  // a DDP mark this step (data alone is just the time between steps)
     r.phase_mask = static_cast<uint8_t>(mask);

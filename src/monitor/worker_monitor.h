@@ -16,6 +16,11 @@
 // thread per monitor (a rank per process); concurrent marks (ranks as threads sharing one
 // monitor) stay well-defined but mix the ranks' times.
 //
+// Timeline (docs/monitoring.md#timeline): each mark also closes a phase span, and step() hands
+// the record the step's spans (step_timeline.h) on the job clock (runtime/clock/job_clock.h);
+// add_span() takes the rest (checkpoint I/O, recovery). COHORT_TIMELINE=0 leaves it out (for the
+// overhead benchmark).
+//
 // Not here: anything on the agent's side (src/hub/), loss-spike or straggler detection
 // (the hub does those: they need all ranks).
 #pragma once
@@ -30,6 +35,8 @@
 
 #include "cohort/monitor.h"
 #include "runtime/worker_identity.h"
+#include "runtime/clock/job_clock.h"
+#include "step_timeline.h"
 
 namespace cohort::detail {
 
@@ -80,6 +87,11 @@ class StepMonitor {
   int64_t skipped_steps() const { return skipped_total_.load(); }
   int64_t messages_sent() const { return messages_sent_.load(); }
 
+  // --- timeline ----------------------------------------------------------------------------------
+  /// A span for the timeline from any thread: `name`, `cat` static literals ("ckpt_write", "io");
+  /// times from own_clock_ns() (runtime/clock/job_clock.h); `bytes` -1: none.
+  void add_span(const char* name, const char* cat, int64_t begin_ns, int64_t end_ns, int64_t bytes = -1);
+
   // --- events (non-blocking datagrams to the agent; dropped without one) ----------------------------
   /// `fields_json`: a JSON object text (may be empty).
   void send_event(const std::string& kind, int64_t step, const std::string& message, const std::string& fields_json);
@@ -99,6 +111,9 @@ class StepMonitor {
   std::atomic<int64_t> samples_{0};
   int64_t created_ns_ = 0;
   std::atomic<int64_t> last_cpu_ns_{0};  // the process's CPU time at the previous record
+  static bool timeline_from_env();
+  const bool timeline_on_;               // COHORT_TIMELINE != 0
+  StepTimelineRecorder timeline_;
 
   std::atomic<bool> enabled_{true};
   std::atomic<bool> grad_norm_{true};
@@ -126,6 +141,27 @@ class StepMonitor {
   std::optional<StepRecord> last_;
   int64_t rss_cached_ = 0;
   int64_t rss_read_ns_ = 0;
+};
+
+/// A timeline span from construction to destruction (StepMonitor::add_span); `name`, `cat` static
+/// literals. A null monitor records nothing.
+class MonitorSpan {
+ public:
+  MonitorSpan(StepMonitor* monitor, const char* name, const char* cat)
+      : monitor_(monitor), name_(name), cat_(cat), begin_(monitor ? own_clock_ns() : 0) {}
+  ~MonitorSpan() {
+    if (monitor_) monitor_->add_span(name_, cat_, begin_, own_clock_ns(), bytes);
+  }
+  MonitorSpan(const MonitorSpan&) = delete;
+  MonitorSpan& operator=(const MonitorSpan&) = delete;
+  int64_t bytes = -1;  ///< set before the end: the span's bytes
+  void cancel() { monitor_ = nullptr; }  ///< records nothing after all
+
+ private:
+  StepMonitor* monitor_;
+  const char* name_;
+  const char* cat_;
+  int64_t begin_;
 };
 
 /// cohort's way to the implementation behind a cohort::Monitor.

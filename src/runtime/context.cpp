@@ -36,6 +36,7 @@
 #include "runtime/net/net_util.h"
 #include "torch_compat_internal.h"
 #include "runtime/host/shm_allreduce.h"
+#include "runtime/clock/clock_sync.h"
 #include "context_internals.h"
 #include "runtime/agent_link/agent_link.h"
 #include "runtime/host/blas_core.h"
@@ -280,6 +281,14 @@ void Context::connect_groups() {
                                    std::to_string(env_.world_size - 1) + " ranks" +
                                    (env_.generation > 0 ? " (generation " + std::to_string(env_.generation) + ")" : "") +
                                    " (" + cause.substr(0, cause.find('\n')) + ")");
+  }
+  // The job clock (timelines): this rank's offset against rank 0's, on every connect.
+  try {
+    detail::sync_job_clock(*cpu_group_, env_.rank, env_.world_size);
+  } catch (const std::exception& e) {
+    std::string cause = e.what();
+    throw CommError(env_.rank, "measuring the clock against rank 0 failed; a peer may have died (" +
+                                   cause.substr(0, cause.find('\n')) + ")");
   }
 #endif
   if (env_.world_size > 1) {

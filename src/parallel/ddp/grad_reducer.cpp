@@ -264,6 +264,11 @@ void GradReducer::launch_ready_buckets(bool from_hook) {
       std::vector<torch::Tensor> tensors{b.flat};
       b.flight_seq = flight_record(flight_op("allreduce", "ddp bucket", k, b.flat, nullptr, /*gradient=*/true));
       b.work = group_->allreduce(tensors);
+      if (!b.flat.is_cuda()) {  // Gloo's own completion, for the timeline's bucket span (a wait may come much later)
+        b.work->getFuture()->addCallback([seq = b.flight_seq](c10::ivalue::Future& f) {
+          flight_update(seq, f.hasError() ? FlightState::failed : FlightState::completed);
+        });
+      }
     }
     stats_.bytes_allreduced += b.flat.numel() * static_cast<int64_t>(b.flat.element_size());
     stats_.bytes_on_wire += b.flat.numel() * static_cast<int64_t>(b.flat.element_size());

@@ -1,11 +1,13 @@
 // The flight recorder's ring and its JSON dump. See flight_recorder.h and docs/fault-tolerance.md.
 #include "flight_recorder.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "progress.h"
+#include "runtime/clock/job_clock.h"
 
 namespace cohort::detail {
 
@@ -24,10 +26,17 @@ int64_t wall_clock_us() {
       .count();
 }
 
-FlightRecorder::FlightRecorder(size_t capacity) : ring_(capacity == 0 ? 1 : capacity) {}
+namespace {
+thread_local const void* t_span_owner = nullptr;
+}  // namespace
+
+void set_span_owner(const void* owner) noexcept { t_span_owner = owner; }
+
+FlightRecorder::FlightRecorder(size_t capacity) : ring_(capacity == 0 ? 1 : capacity), spans_(kSpanCapacity) {}
 
 uint64_t FlightRecorder::record(const FlightOp& op, int64_t step, FlightState state) {
   const int64_t now = wall_clock_us();
+  const int64_t now_ns = own_clock_ns();
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t seq = next_seq_++;
   FlightEntry& e = ring_[seq % ring_.size()];
@@ -38,6 +47,8 @@ uint64_t FlightRecorder::record(const FlightOp& op, int64_t step, FlightState st
   e.step = step;
   e.state = state;
   e.enqueued_us = now;
+  e.enqueued_ns = now_ns;
+  e.owner = t_span_owner;
   e.started_us = state == FlightState::enqueued ? 0 : now;
   e.ended_us = 0;
   if (op.gradient && gradient_active_++ == 0) busy_since_us_ = now;
@@ -68,6 +79,16 @@ void FlightRecorder::set_state(uint64_t seq, FlightState state) {
 }
 
 void FlightRecorder::account_end(const FlightEntry& e, int64_t now) {
+  if (spans_count_ < spans_.size()) {
+    CommSpan& span = spans_[spans_count_++];
+    span.op = e.op;
+    span.owner = e.owner;
+    span.begin_ns = e.enqueued_ns;
+    span.end_ns = std::max(e.enqueued_ns, own_clock_ns());
+    span.failed = e.state == FlightState::failed;
+  } else {
+    ++spans_dropped_;
+  }
   if (e.state != FlightState::failed) totals_.bytes += e.op.bytes;
   if (!e.op.gradient) return;
   if (e.state != FlightState::failed) totals_.gradient_bytes += e.op.bytes;
@@ -84,6 +105,24 @@ CommTotals FlightRecorder::take_comm_totals() {
   }
   totals_ = CommTotals{};
   return out;
+}
+
+size_t FlightRecorder::take_comm_spans(const void* owner, CommSpan* out, size_t capacity, size_t* dropped) {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = 0, kept = 0, over = 0;
+  for (size_t i = 0; i < spans_count_; ++i) {
+    if (spans_[i].owner != owner && spans_[i].owner != nullptr) {
+      spans_[kept++] = spans_[i];  // another rank's (ranks as threads): left for it
+    } else if (n < capacity) {
+      out[n++] = spans_[i];
+    } else {
+      ++over;
+    }
+  }
+  if (dropped) *dropped = spans_dropped_ + over;
+  spans_count_ = kept;
+  spans_dropped_ = 0;
+  return n;
 }
 
 std::vector<FlightEntry> FlightRecorder::snapshot() const {

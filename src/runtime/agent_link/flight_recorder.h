@@ -13,7 +13,12 @@
 // Not seen here: collectives a program issues on ctx->group() itself.
 // The monitor (cohort/monitor.h) takes from it, per step, the bytes of completed collectives and
 // the time during which a gradient reduction was in flight (CommTotals): a few words under the
-// same mutex.
+// same mutex. And the timeline (docs/monitoring.md#timeline): each collective that ends leaves a
+// span (its operation, enqueue and end on the job clock's own-clock nanoseconds) in a fixed buffer
+// of kSpanCapacity that the monitor drains at each step (take_comm_spans); what does not fit until
+// then is counted, not kept. A span belongs to the thread's span owner at the collective's record
+// (set_span_owner: the monitor of the training thread that issued it), so that ranks run as
+// threads of one process each take their own; spans without an owner go to whoever takes first.
 #pragma once
 
 #include <atomic>
@@ -57,6 +62,16 @@ struct FlightEntry {
   int64_t step = 0;  // the process's step (progress.h) when it was recorded
   FlightState state = FlightState::enqueued;
   int64_t enqueued_us = 0, started_us = 0, ended_us = 0;  // µs since the Unix epoch; 0: not (yet)
+  const void* owner = nullptr;  // the recording thread's span owner (set_span_owner)
+  int64_t enqueued_ns = 0;  // own clock (runtime/clock/job_clock.h): the timeline's span begins here
+};
+
+/// A collective that ended: the timeline's span of it (own-clock nanoseconds, job_clock.h).
+struct CommSpan {
+  FlightOp op;
+  const void* owner = nullptr;
+  int64_t begin_ns = 0, end_ns = 0;
+  bool failed = false;
 };
 
 class FlightRecorder {
@@ -80,6 +95,10 @@ class FlightRecorder {
   /// Takes (and resets) the totals since the last call. Consumed, not copied: with ranks as
   /// threads of one process, each completion is counted by whichever rank's monitor takes it first.
   CommTotals take_comm_totals();
+  /// Moves the spans of `owner` (and those of none) ended since the last call into `out` (at most
+  /// `capacity`, oldest first; the rest of them are dropped and counted in `*dropped`). Returns how many.
+  size_t take_comm_spans(const void* owner, CommSpan* out, size_t capacity, size_t* dropped = nullptr);
+  static constexpr size_t kSpanCapacity = 256;
 
  private:
   void account_end(const FlightEntry& e, int64_t now);  // mu_ held
@@ -88,9 +107,15 @@ class FlightRecorder {
   int64_t busy_since_us_ = 0;     // when gradient_active_ last became non-zero
   mutable std::mutex mu_;
   std::vector<FlightEntry> ring_;
+  std::vector<CommSpan> spans_;  // kSpanCapacity slots, spans_count_ used (mu_)
+  size_t spans_count_ = 0;
+  size_t spans_dropped_ = 0;
   uint64_t next_seq_ = 1;
   std::atomic<uint64_t> completed_{0};
 };
+
+/// The calling thread's span owner from now on (the monitor's marks set theirs; null: none).
+void set_span_owner(const void* owner) noexcept;
 
 /// This process's recorder (all of cohort's call sites record here).
 FlightRecorder& flight_recorder();
