@@ -3,13 +3,29 @@
 // driven by playwright-core: both ranks shown, the step counter and the loss chart advancing
 // without a reload, a screenshot; a job with rank 1 slowed (--slow-rank 1 --slow-ms 80) flagged
 // as a straggler on the page; and `cohort dashboard RUN_DIR` on the finished run's log showing its
-// final step. Screenshots: $E2E_ARTIFACTS/dashboard.png, dashboard-straggler.png, dashboard-finished.png.
+// final step; the timeline panel (issue 49) draws both ranks' last steps live, and the slowed
+// rank's long phase with the other rank's wait. Screenshots: $E2E_ARTIFACTS/dashboard.png,
+// dashboard-timeline.png, dashboard-straggler.png, dashboard-timeline-straggler.png, dashboard-finished.png.
 'use strict';
 
 const fs = require('fs');
 const path = require('path');
 const t = require('./lib');
+const { timelineInfo, clickSpan } = require('./timeline_checks');
 const { assert } = t;
+const TIMELINE = 'window.cohortDashboard.timeline.view';
+
+// The timeline panel's spans per rank and step (issue 49): {rank: {step: {name: total seconds}}}.
+function byRankAndStep(info) {
+  const out = {};
+  for (const d of info.drawn) {
+    const r = (out[d.lane] = out[d.lane] || {});
+    const st = (r[d.step] = r[d.step] || {});
+    st[d.name] = (st[d.name] || 0) + d.dur;
+  }
+  return out;
+}
+const medianOf = (v) => { const s = [...v].sort((a, b) => a - b); return s.length ? s[s.length >> 1] : NaN; };
 
 const cohort = t.env('COHORT_CLI');
 const fashionMnist = t.env('FASHION_MNIST');
@@ -52,6 +68,38 @@ async function liveJob() {
     // The screenshot with some history on the charts (not a condition of the test).
     await t.waitFor('step 150', async () => (await t.pageNumbers(page)).step >= 150 || job.code !== undefined, 60000).catch(() => {});
     await page.screenshot({ path: path.join(t.artifactsDir(), 'dashboard.png'), fullPage: true });
+
+    // The timeline panel draws the live job's last 10 steps of both ranks, every phase of each and
+    // the gradient buckets, and follows the job; a click on a bucket shows its details.
+    const tl = await t.waitFor('the timeline panel with 10 steps of both ranks', async () => {
+      const i = await timelineInfo(page, TIMELINE);
+      const per = i ? byRankAndStep(i) : {};
+      return per[0] && per[1] && Object.keys(per[0]).length === 10 && Object.keys(per[1]).length === 10 ? i : null;
+    }, 30000);
+    const per = byRankAndStep(tl);
+    for (const r of [0, 1]) {
+      for (const [step, names] of Object.entries(per[r])) {
+        for (const name of ['forward', 'backward', 'optimizer', 'bucket']) assert.ok(names[name] > 0, 'rank ' + r + ' step ' + step + ': ' + name + ' in ' + JSON.stringify(names));
+      }
+    }
+    assert.ok(tl.painted > 5000, 'the canvas is painted');
+    const newest = Math.max(...tl.drawn.map((d) => d.step));
+    if (job.code === undefined) {
+      await t.waitFor('the timeline following the live job', async () => Math.max(...(await timelineInfo(page, TIMELINE)).drawn.map((d) => d.step)) > newest, 30000);
+    }
+    await page.click('.tl-zoom[data-zoom="in"]');  // stops following: the spans stay where they are drawn
+    const still = await timelineInfo(page, TIMELINE);
+    // (the newest bucket in view: the oldest steps leave the panel as new ones come)
+    const bucket = still.drawn.filter((d) => d.name === 'bucket' && d.lane === 1 && d.w >= 2).sort((a, b) => b.step - a.step)[0];
+    assert.ok(bucket, 'a bucket of rank 1 in the zoomed view');
+    const details = await clickSpan(page, bucket);
+    assert.strictEqual(details.name, 'bucket');
+    assert.strictEqual(details.fields.rank, 'rank 1');
+    assert.strictEqual(details.step, String(bucket.step));
+    assert.match(details.fields.bytes, /^\d+$/);
+    assert.ok(details.fields.algorithm, 'the bucket\'s algorithm: ' + details.text);
+    await page.locator('.timeline-panel').screenshot({ path: path.join(t.artifactsDir(), 'dashboard-timeline.png') });
+    console.log('  timeline: steps ' + Math.min(...tl.drawn.map((d) => d.step)) + '..' + newest + ', ' + tl.drawn.length + ' spans; clicked: bucket ' + details.fields.index + ' of step ' + details.step + ', ' + details.fields.bytes + ' bytes');
 
     // The end: the page shows the last step and the job's final state, still without a reload.
     const r = await t.exitOf(job, 300000);
@@ -114,6 +162,15 @@ async function straggler() {
     console.log('  rank 1 flagged: ' + event.message);
     await t.waitFor('a few more steps in the step-time view', async () => (await t.pageNumbers(page)).step >= 25, 60000);
     await page.screenshot({ path: path.join(t.artifactsDir(), 'dashboard-straggler.png'), fullPage: true });
+    // On the timeline: rank 1's slowed phase is long in every step shown while rank 0 waits for it
+    // (medians over the last 10 steps: the 80 ms sleep against a busy machine's noise).
+    const tl = byRankAndStep(await timelineInfo(page, TIMELINE));
+    const med = (r, name) => medianOf(Object.values(tl[r] || {}).map((n) => n[name] || 0));
+    const phase = slow.slowPhase;
+    assert.ok(med(1, phase) > med(0, phase) + 0.05, 'rank 1\'s ' + phase + ' on the timeline: ' + med(1, phase) + ' s vs ' + med(0, phase) + ' s');
+    assert.ok(med(0, 'comm_wait') > med(1, 'comm_wait') + 0.04, 'rank 0 waits: ' + med(0, 'comm_wait') + ' s vs ' + med(1, 'comm_wait') + ' s');
+    console.log('  timeline: rank 1 ' + phase + ' ' + (med(1, phase) * 1000).toFixed(1) + ' ms, rank 0 comm_wait ' + (med(0, 'comm_wait') * 1000).toFixed(1) + ' ms (medians)');
+    await page.locator('.timeline-panel').screenshot({ path: path.join(t.artifactsDir(), 'dashboard-timeline-straggler.png') });
   } finally {
     await browser.close();
   }
