@@ -167,6 +167,7 @@ int main(int argc, char** argv) {
   app.add_option("--schedule", o.schedule, "Pipeline schedule: gpipe, 1f1b, interleaved or zbh1")->capture_default_str();
   app.add_option("--microbatches", o.microbatches, "Microbatches of --batch sequences per step and dp rank (0: --pp)")->check(CLI::NonNegativeNumber);
   app.add_option("--virtual-stages", o.virtual_stages, "Stages per pipeline rank (interleaved; 0: 2 for interleaved, else 1)")->check(CLI::NonNegativeNumber);
+  app.add_flag("--sequence-parallel", o.sequence_parallel, "With --tp: LayerNorm regions split along the sequence over the tp ranks");
   app.add_flag("--double", o.f64, "Train in float64 on the CPU (tests: equivalence where float32 rounding would be amplified)");
   app.add_flag("--print-grad-norms", o.print_grad_norms, "Print each step's global gradient norm before clipping (rank 0)");
   app.add_option("--save-params", o.save_params, "Write the whole model's parameters here at the end (rank 0; tests)");

@@ -46,5 +46,6 @@ struct Options {
   bool print_grad_norms = false;
   std::string save_params, compare_params;
   bool f64 = false;  // --double: the model in float64 (tests: equivalence below float32's rounding)
+  bool sequence_parallel = false;  // --sequence-parallel: LayerNorm regions split along the sequence over tp
   bool mesh() const { return tp > 1 || pp > 1 || dp > 0 || microbatches > 0; }
 };

@@ -44,6 +44,9 @@ void check_options(const Options& o, int world, int rank) {
     throw ConfigError(rank, "--heads " + n(c.heads) + " does not divide over --tp " + n(o.tp) + " ranks");
   if (c.vocab % o.tp != 0)
     throw ConfigError(rank, "--vocab " + n(c.vocab) + " does not divide over --tp " + n(o.tp) + " ranks");
+  if (o.sequence_parallel && o.tp < 2) throw ConfigError(rank, "--sequence-parallel splits over --tp ranks: give --tp 2 or more");
+  if (o.sequence_parallel && c.seq_len % o.tp != 0)
+    throw ConfigError(rank, "--seq-len " + n(c.seq_len) + " does not divide over --tp " + n(o.tp) + " ranks (--sequence-parallel)");
   const int v = virtual_stages(o);
   if (c.layers % (o.pp * v) != 0)
     throw ConfigError(rank, "--layers " + n(c.layers) + " do not divide into " + n(o.pp * v) + " pipeline stages (--pp " +
@@ -59,7 +62,7 @@ void check_options(const Options& o, int world, int rank) {
 }
 
 MeshModel::MeshModel(const std::shared_ptr<cohort::Context>& ctx, const Options& o)
-    : rank_(ctx->rank()), cfg_(o.model), dtype_(o.f64 ? torch::kDouble : torch::kFloat) {
+    : rank_(ctx->rank()), cfg_(o.model), dtype_(o.f64 ? torch::kDouble : torch::kFloat), sp_(o.sequence_parallel) {
   check_options(o, ctx->world_size(), ctx->rank());
   const int dp = o.dp > 0 ? o.dp : ctx->world_size() / (o.tp * o.pp);
   mesh_ = std::make_unique<cohort::DeviceMesh>(ctx, std::vector<cohort::MeshDim>{{"pp", o.pp}, {"dp", dp}, {"tp", o.tp}});
@@ -71,7 +74,7 @@ MeshModel::MeshModel(const std::shared_ptr<cohort::Context>& ctx, const Options&
   // The one-process model, seeded as its run is; this rank keeps its part of it.
   torch::manual_seed(o.seed);
   torch::nn::Sequential whole = make_gpt(cfg_);
-  torch::nn::Sequential layers = o.tp > 1 ? make_tp_gpt(whole, cfg_, tp_) : whole;
+  torch::nn::Sequential layers = o.tp > 1 ? make_tp_gpt(whole, cfg_, tp_, sp_) : whole;
   layers->to(dtype_);  // float32's values, widened, where the one-process run widens them too
   const int64_t L = cfg_.layers, S = schedule_.stages(), per_stage = L / S;
   torch::nn::Sequential blocks;
@@ -120,8 +123,27 @@ torch::Tensor MeshModel::loss(const torch::Tensor& out, const torch::Tensor& tar
 
 double MeshModel::run_step(const std::vector<torch::Tensor>& inputs, const std::vector<torch::Tensor>& targets) {
   const pl::StepData data{inputs, targets};
-  return pl::run_schedule(schedule_, pp_rank_, stages_, *mesh_->group("pp"), data,
-                          [this](const torch::Tensor& out, const torch::Tensor& target) { return loss(out, target); });
+  const double mean = pl::run_schedule(schedule_, pp_rank_, stages_, *mesh_->group("pp"), data,
+                                       [this](const torch::Tensor& out, const torch::Tensor& target) { return loss(out, target); });
+  if (sp_) {  // LayerNorms, row-parallel biases, the position table: one allreduce of them all
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> grads;
+    for (auto& [s, stage] : stages_)
+      for (const auto& item : stage->named_parameters())
+        if (tp_layout(item.key()).dim < 0 && item.key() != "tied_wte" && item.value().grad().defined()) grads.push_back(item.value().grad());
+    if (!grads.empty()) {
+      std::vector<torch::Tensor> views;
+      for (const auto& g : grads) views.push_back(g.reshape({-1}));
+      std::vector<torch::Tensor> flat{torch::cat(views)};
+      wait(mesh_->group("tp")->allreduce(flat));
+      int64_t at = 0;
+      for (auto& g : grads) {
+        g.copy_(flat[0].narrow(0, at, g.numel()).view_as(g));
+        at += g.numel();
+      }
+    }
+  }
+  return mean;
 }
 
 void MeshModel::sum_tied() {
@@ -201,7 +223,8 @@ std::pair<double, double> MeshModel::eval_sums(const std::vector<std::pair<torch
     for (int s = 0; s < S; ++s) {
       if (schedule_.rank_of(s) != pp_rank_) continue;
       if (s > 0 && schedule_.rank_of(s - 1) != pp_rank_) {
-        std::vector<torch::Tensor> in{torch::empty({ids.size(0), ids.size(1), cfg_.dim}, dtype_)};
+        const int64_t t = sp_ ? ids.size(1) / tp_.size() : ids.size(1);  // under sp, this rank's positions
+        std::vector<torch::Tensor> in{torch::empty({ids.size(0), t, cfg_.dim}, dtype_)};
         wait(pp.recv(in, schedule_.rank_of(s - 1), 2));
         x = in[0];
       }

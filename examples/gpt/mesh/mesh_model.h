@@ -44,7 +44,8 @@ class MeshModel {
   std::map<int, torch::nn::Sequential>& stages() { return stages_; }
 
   /// One step's forwards and backwards over `inputs`/`targets` (one per microbatch); the mean loss
-  /// on the last stage's ranks, 0 elsewhere. Then the tied embedding's gradients summed.
+  /// on the last stage's ranks, 0 elsewhere. Under sequence parallelism, then the gradients of the
+  /// parameters replicated over tp (each saw a tp-th of the positions) summed over tp.
   double run_step(const std::vector<torch::Tensor>& inputs, const std::vector<torch::Tensor>& targets);
   /// Sums the tied copies' gradients (first and last stage).
   void sum_tied();
@@ -72,6 +73,7 @@ class MeshModel {
   int64_t rank_ = 0;
   GptConfig cfg_;
   torch::Dtype dtype_ = torch::kFloat;  // the parameters' (--double: kDouble)
+  bool sp_ = false;                     // --sequence-parallel
   std::unique_ptr<cohort::DeviceMesh> mesh_;
   cohort::pipeline::Schedule schedule_;
   int pp_rank_ = 0;

@@ -130,6 +130,7 @@ nlohmann::json train_mesh(const std::shared_ptr<cohort::Context>& ctx, const Cor
                         {"schedule", cohort::pipeline::schedule_name(model.schedule().kind)},
                         {"virtual_stages", model.schedule().stages_per_rank},
                         {"microbatches", m},
+                        {"sequence_parallel", o.sequence_parallel},
                         {"parameters", cfg.parameters()},
                         {"unigram_entropy", corpus.unigram_entropy}};
   save_or_compare_params(full, o, c.rank(), result);

@@ -40,7 +40,7 @@ struct MeshRun {
   std::string field(int rank, const std::string& name) const {
     std::smatch m;
     const std::string line = result(rank);
-    if (std::regex_search(line, m, std::regex("\"" + name + "\":(\"[^\"]*\"|[-0-9.e+]+|null)"))) return m[1];
+    if (std::regex_search(line, m, std::regex("\"" + name + "\":(\"[^\"]*\"|[-0-9.e+]+|null|true|false)"))) return m[1];
     return "";
   }
 };
@@ -121,15 +121,17 @@ TEST_F(GptMesh, EveryScheduleAndTensorParallelMatchOneProcessInFloat64) {
   EXPECT_NEAR(std::stod(tp.field(0, "val_loss")), std::stod(one.field(0, "val_loss")), 1e-5) << tp.output;
 }
 
-// Four ranks: two pipelines (or two tensor-parallel pairs) under DDP on their dp slices, each with
-// two microbatches per step: the global batch of one process's four micro-steps.
+// Four ranks: two pipelines (or two tensor-parallel pairs, their LayerNorm regions split along the
+// sequence) under DDP on their dp slices, each with two microbatches per step: the global batch of
+// one process's four micro-steps.
 TEST_F(GptMesh, PipelineOrTensorTimesDataParallelMatchOneProcessInFloat64) {
   std::string saved;
   const MeshRun one = reference(4, "--double", &saved);
   const MeshRun pp = train(4, "--double --pp 2 --dp 2 --microbatches 2 --schedule 1f1b --compare-params " + saved);
   expect_close(one, pp, 4, 1e-9, "--pp 2 --dp 2");
-  const MeshRun tp = train(4, "--double --tp 2 --dp 2 --microbatches 2 --compare-params " + saved);
-  expect_close(one, tp, 4, 1e-9, "--tp 2 --dp 2");
+  const MeshRun tp = train(4, "--double --tp 2 --sequence-parallel --dp 2 --microbatches 2 --compare-params " + saved);
+  expect_close(one, tp, 4, 1e-9, "--tp 2 --sequence-parallel --dp 2");
+  EXPECT_EQ(tp.field(0, "sequence_parallel"), "true") << tp.result(0);
 }
 
 TEST(GptMeshInput, BadMeshesAreOneLineNamingTheRankAndTheNumbers) {
@@ -137,6 +139,7 @@ TEST(GptMeshInput, BadMeshesAreOneLineNamingTheRankAndTheNumbers) {
       {"--tp 2 --pp 2", "gpt: rank 0: --pp 2 x --tp 2 = 4 ranks per model replica does not divide the world of 1 ranks\n"},
       {"--tp 2 --heads 3 --dim 192", "gpt: rank 0: --heads 3 does not divide over --tp 2 ranks\n"},
       {"--tp 2 --vocab 257", "gpt: rank 0: --vocab 257 does not divide over --tp 2 ranks\n"},
+      {"--tp 2 --sequence-parallel --seq-len 33", "gpt: rank 0: --seq-len 33 does not divide over --tp 2 ranks (--sequence-parallel)\n"},
       {"--pp 2 --layers 3", "gpt: rank 0: --layers 3 do not divide into 2 pipeline stages (--pp 2 x 1 virtual stages)\n"},
       {"--pp 2 --schedule interleaved --microbatches 3",
        "gpt: rank 0: pipeline schedule interleaved-1f1b (p=2 pipeline ranks, v=2 stages per rank, m=3 microbatches): "
