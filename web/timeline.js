@@ -63,7 +63,7 @@
     return e;
   }
 
-  // options: {canvasId, outliers (false: none outlined), steps: [choices] and defaultSteps (a "last N steps" select, calling
+  // options: {canvasId, outliers (false: none outlined), maxLanes (64: past it a sample), steps: [choices] and defaultSteps (a "last N steps" select, calling
   // onSteps(n)), laneNoun ("rank"), stepNoun ("step"), empty (the text when there is nothing)}
   function create(container, options) {
     const o = Object.assign({ laneNoun: 'rank', empty: 'no spans yet' }, options || {});
@@ -104,14 +104,18 @@
     container.append(bar, box, details);
 
     const view = {
-      lanes: [], marks: [], range: null,      // what to draw (setData)
+      lanes: [], total: 0, marks: [], range: null,  // what to draw (setData; lanes: at most maxLanes of total)
       v0: 0, v1: 1, follow: true,             // the visible window; follow: the whole data
       drawn: [], selected: null, outliers: 0, draws: 0,
     };
 
     // data: {lanes: [{id, label, spans}], marks: [{t, label}], range: [t0, t1] (optional: else the spans')}
     view.setData = function (data) {
-      view.lanes = data.lanes || [];
+      // Past maxLanes (64) lanes, a sample spread evenly over them, the last one included.
+      const all = data.lanes || [];
+      const max = o.maxLanes || 64;
+      view.total = all.length;
+      view.lanes = all.length <= max ? all : Array.from({ length: max }, (_, i) => all[Math.floor(((i + 1) * all.length) / max) - 1]);
       view.marks = data.marks || [];
       view.range = data.range || null;
       if (view.selected && !view.lanes.some((l) => l.spans.includes(view.selected.span))) {
@@ -178,7 +182,8 @@
       const n = view.lanes.length;
       const sub = n <= 8 ? 13 : n <= 24 ? 7 : n <= 64 ? 4 : 2;
       const laneH = CATS.length * sub;
-      return { sub, laneH, width: cssWidth, height: AXIS + n * (laneH + LANE_GAP) + 2 };
+      const gap = n <= 24 ? LANE_GAP : 2;
+      return { sub, laneH, gap, width: cssWidth, height: AXIS + n * (laneH + gap) + 2 };
     }
 
     function drawLegend() {
@@ -235,7 +240,8 @@
       const plotW = cssW - GUTTER - 4;
       const px = plotW / (v1 - v0);
       const X = (t) => GUTTER + (t - v0) * px;
-      range.textContent = fmtS(v1 - v0) + ' shown' + (view.follow ? '' : ' (zoomed: fit to follow)');
+      range.textContent = fmtS(v1 - v0) + ' shown' + (view.follow ? '' : ' (zoomed: fit to follow)') +
+        (view.total > view.lanes.length ? '; ' + view.lanes.length + ' of ' + view.total + ' ' + o.laneNoun + 's, spread evenly' : '');
 
       // The axis: time from the view's start; step starts as dashed lines.
       const tick = niceStep(v1 - v0, Math.max(2, Math.floor(plotW / 90)));
@@ -269,7 +275,7 @@
 
       let count = 0;
       view.lanes.forEach((lane, li) => {
-        const top = AXIS + li * (L.laneH + LANE_GAP);
+        const top = AXIS + li * (L.laneH + L.gap);
         ctx.fillStyle = li % 2 ? '#fafbfc' : '#f1f3f6';
         ctx.fillRect(0, top, cssW, L.laneH);
         ctx.fillStyle = '#1d2330';

@@ -234,6 +234,11 @@ async function pastTheMemoryBudgetTheNoticeShows() {
       if (name === 'timeline') {
         assert.strictEqual(seen.rows, 4096);
         assert.ok(seen.window < 1e6, 'the window kept: ' + seen.window + ' s');
+        // The view draws a sample of 64 of them, spread evenly (the canvas stays a page tall).
+        const info = await timelineInfo(page, 'window.cohortSim.timeline');
+        assert.strictEqual(info.lanes.length, 64);
+        assert.deepStrictEqual([info.lanes[0].label, info.lanes[63].label], ['worker 63', 'worker 4095']);
+        assert.match(await page.textContent('.tl-range'), /64 of 4096 workers, spread evenly/);
       }
       await page.screenshot({ path: path.join(t.artifactsDir(), 'sim-budget-' + name + '.png') });
       assertClean(page);
