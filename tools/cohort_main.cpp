@@ -1,5 +1,5 @@
 // `cohort`: the command line. Subcommands: run (src/launcher/), ckpt (ckpt_command.cpp),
-// dashboard (dashboard_command.cpp), sim (sim_command.cpp), data (data_command.cpp). Errors are one line on stderr and a non-zero exit.
+// dashboard (dashboard_command.cpp), sim (sim_command.cpp), data (data_command.cpp), trace (trace/). Errors are one line on stderr and a non-zero exit.
 #include <CLI/CLI.hpp>
 
 #include <iostream>
@@ -10,6 +10,7 @@
 #include "data_command.h"
 #include "dashboard_command.h"
 #include "sim_command.h"
+#include "trace/trace_command.h"
 #include "cohort/version.h"
 #include "launcher/agent.h"
 #include "launcher/config/cli.h"
@@ -32,6 +33,8 @@ int main(int argc, char** argv) {
   CLI::App* sim = cohort::tools::add_sim_command(app, sim_options);
   cohort::tools::DataOptions data_options;
   CLI::App* data = cohort::tools::add_data_command(app, data_options);
+  cohort::tools::TraceOptions trace_options;
+  CLI::App* trace = cohort::tools::add_trace_command(app, trace_options);
 
   // CLI11 sees cohort's own arguments only; the program and its arguments are kept apart.
   std::vector<std::string> args(argv + 1, argv + argc);
@@ -54,6 +57,7 @@ int main(int argc, char** argv) {
                             : dashboard->parsed() ? " dashboard"
                             : sim->parsed()       ? " sim"
                             : data->parsed()      ? " data"
+                            : trace->parsed()     ? " trace"
                                                   : "";
     std::cerr << "cohort" << sub << ": error: " << what << " (see cohort" << sub << " --help)" << std::endl;
     return 2;
@@ -62,6 +66,7 @@ int main(int argc, char** argv) {
   if (ckpt->parsed()) return cohort::tools::run_ckpt_command(*ckpt, ckpt_options);
   if (dashboard->parsed()) return cohort::tools::run_dashboard_command(dashboard_options);
   if (sim->parsed()) return cohort::tools::run_sim_command(*sim, sim_options);
+  if (trace->parsed()) return cohort::tools::run_trace_command(trace_options);
   if (data->parsed()) return cohort::tools::run_data_command(*data, data_options);
   if (!run_options.command.empty()) {
     std::cerr << "cohort: error: unexpected arguments; to start a program use cohort run [--] PROGRAM" << std::endl;
