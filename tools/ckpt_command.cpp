@@ -39,6 +39,26 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return os.str();
 }
 
+// A model on a device mesh (docs/checkpointing.md, "Across meshes"): the manifest's "sharding"
+// names the mesh it was saved from and where each parameter was; null for other checkpoints.
+nlohmann::ordered_json mesh_sharding(const ckpt::Manifest& m) {
+  if (m.sharding_json.empty()) return nullptr;
+  auto j = cohort::detail::parse_capped_or_discarded<nlohmann::ordered_json>(m.sharding_json);
+  if (!j.is_object() || !j.contains("mesh") || !j["mesh"].is_array()) return nullptr;
+  return j;
+}
+
+// "pp=1 x dp=2 x tp=1"
+std::string mesh_text(const nlohmann::ordered_json& sharding) {
+  std::string out;
+  for (const auto& d : sharding["mesh"]) {
+    const std::string name = d.contains("name") && d["name"].is_string() ? d["name"].get<std::string>() : "?";
+    const std::string size = d.contains("size") && d["size"].is_number_integer() ? std::to_string(d["size"].get<int64_t>()) : "?";
+    out += (out.empty() ? "" : " x ") + name + "=" + size;
+  }
+  return out;
+}
+
 int list(const CkptOptions& o) {
   const auto listed = ckpt::list_checkpoints(o.path);
   if (o.json) {
@@ -51,6 +71,7 @@ int list(const CkptOptions& o) {
         e["world_size"] = c.manifest->world_size;
         e["epoch"] = c.manifest->epoch;
         e["bytes"] = bytes;
+        if (const auto mesh = mesh_sharding(*c.manifest); !mesh.is_null()) e["mesh"] = mesh_text(mesh);
       } else {
         e["problem"] = c.problem;
       }
@@ -73,9 +94,10 @@ int list(const CkptOptions& o) {
     }
     uint64_t bytes = 0;
     for (const auto& f : c.manifest->files) bytes += f.bytes;
-    std::printf("%-16s %8lld %6lld %6d %11s  %s\n", name.c_str(), static_cast<long long>(c.step),
+    const auto mesh = mesh_sharding(*c.manifest);
+    std::printf("%-16s %8lld %6lld %6d %11s  %s%s\n", name.c_str(), static_cast<long long>(c.step),
                 static_cast<long long>(c.manifest->epoch), c.manifest->world_size, human_bytes(bytes).c_str(),
-                when(c.manifest->created_unix_ms).c_str());
+                when(c.manifest->created_unix_ms).c_str(), mesh.is_null() ? "" : ("  mesh " + mesh_text(mesh)).c_str());
   }
   std::cout << "(committed means listed with a manifest; `cohort ckpt verify PATH` checks every byte)\n";
   return 0;
@@ -104,6 +126,20 @@ int inspect(const CkptOptions& o) {
   out["epoch"] = m->epoch;
   out["world_size"] = m->world_size;
   out["created"] = when(m->created_unix_ms);
+  const auto mesh = mesh_sharding(*m);
+  if (!mesh.is_null()) {  // the mesh it was saved from, and each parameter's placement there
+    out["mesh"] = mesh["mesh"];
+    auto& params = out["mesh_parameters"] = nlohmann::ordered_json::object();
+    try {  // a damaged manifest's odd values are shown as unreadable, not thrown
+      if (mesh.contains("params") && mesh["params"].is_object())
+        for (const auto& [name, p] : mesh["params"].items())
+          params[name] = {{"shape", p.value("shape", nlohmann::ordered_json())}, {"tp_dim", p.value("tp_dim", -1)},
+                          {"stage", p.value("stage", 0)}, {"pieces", p.contains("pieces") ? p["pieces"].size() : 0}};
+    } catch (const std::exception& e) {
+      params = nlohmann::ordered_json::object();
+      out["mesh_problem"] = e.what();
+    }
+  }
   out["metadata"] = m->metadata;
   out["sampler"] = m->sampler_json.empty() ? nlohmann::ordered_json() : cohort::detail::parse_capped<nlohmann::ordered_json>(m->sampler_json);
   out["optimizer"] = m->optimizer_json.empty() ? nlohmann::ordered_json() : cohort::detail::parse_capped<nlohmann::ordered_json>(m->optimizer_json);
@@ -127,6 +163,15 @@ int inspect(const CkptOptions& o) {
   }
   std::cout << "checkpoint  " << o.path << "\nstep        " << m->step << "\nepoch       " << m->epoch
             << "\nworld size  " << m->world_size << "\nsaved       " << out["created"].get<std::string>() << "\n";
+  if (!mesh.is_null()) {
+    std::cout << "mesh        " << mesh_text(mesh) << "\n";
+    for (const auto& [name, p] : out["mesh_parameters"].items()) {
+      const int tp_dim = p["tp_dim"].is_number_integer() ? p["tp_dim"].get<int>() : -1;
+      std::cout << "  " << name << "  " << p["shape"].dump() << ", "
+                << (tp_dim >= 0 ? "tp splits dim " + std::to_string(tp_dim) : std::string("replicated over tp"))
+                << ", stage " << p["stage"].dump() << ", " << p["pieces"].dump() << " pieces\n";
+    }
+  }
   if (!m->optimizer_json.empty()) std::cout << "optimizer   " << m->optimizer_json << "\n";
   if (!m->sampler_json.empty()) std::cout << "sampler     " << m->sampler_json << "\n";
   std::cout << "metadata    " << (m->metadata.empty() ? "(none)" : "") << "\n";

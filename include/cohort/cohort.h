@@ -6,6 +6,7 @@
 #include "cohort/comm_hook.h"
 #include "cohort/context.h"
 #include "cohort/device_mesh.h"
+#include "cohort/mesh_checkpoint.h"
 #include "cohort/data_file.h"
 #include "cohort/distributed_data_parallel.h"
 #include "cohort/distributed_sampler.h"

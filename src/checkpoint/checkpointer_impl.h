@@ -39,6 +39,10 @@ struct SaveJob {
   ckpt::NamedTensors rank_tensors;
   std::string rank_text;
   std::string sharding_json;  // sharded state: the layout for the manifest
+  // A model on a device mesh (mesh_checkpoint.h): this rank's pieces (checkpoint/sharded/mesh_state.h),
+  // which its part carries to rank 0, and the mesh; rank 0 merges every rank's into sharding_json.
+  bool mesh = false;
+  std::string mesh_pieces, mesh_json;
   std::string optimizer_json, sampler_json;
   ckpt::RankRng rng;
   std::map<std::string, std::string> metadata;

@@ -10,11 +10,13 @@
 #include "checkpoint/storage/checkpoint_dir.h"
 #include "checkpoint/checkpointer_impl.h"
 #include "checkpoint/format/rank_state_file.h"
+#include "checkpoint/sharded/mesh_state.h"
 #include "checkpoint/sharded/shard_files.h"
 #include "checkpoint/snapshots/snapshot_sharing.h"
 #include "checkpoint/snapshots/snapshots.h"
 #include "cohort/distributed_sampler.h"
 #include "cohort/error.h"
+#include "cohort/mesh_checkpoint.h"
 #include "cohort/sharded_state.h"
 #include "runtime/check.h"
 #include "runtime/log.h"
@@ -100,11 +102,20 @@ std::optional<RestoreInfo> Checkpointer::restore_latest(const TrainingState& sta
     if (!m.user.count(name))
       throw CheckpointError(rank, loaded.listed->path + " holds no state for \"" + name +
                                       "\" (saved by a program without it): restore without it, or start afresh");
-  auto* sharded = dynamic_cast<ShardedCheckpointable*>(state.module);
+  auto* meshed = dynamic_cast<MeshCheckpointable*>(state.module);
+  const bool mesh_saved = ckpt::is_mesh_sharding(m.sharding_json);
+  if (meshed && !mesh_saved)
+    throw CheckpointError(rank, loaded.listed->path + " was not saved by a model on a device mesh; a model on a mesh "
+                                "restores only checkpoints of one (docs/checkpointing.md, \"Across meshes\")");
+  if (!meshed && mesh_saved)
+    throw CheckpointError(rank, loaded.listed->path + " was saved by a model on a device mesh; restore it into a model "
+                                "on a mesh (cohort::MeshCheckpointable)");
+  if (meshed) ckpt::mesh_restore(*meshed, state.optimizer, loaded.listed->path, m, rank);
+  auto* sharded = meshed ? nullptr : dynamic_cast<ShardedCheckpointable*>(state.module);
   if (sharded && m.sharding_json.empty())
     throw CheckpointError(rank, loaded.listed->path + " holds unsharded state; a ShardedDataParallel or LocalSGD model "
                                 "restores only per-rank checkpoints (saved by one of them)");
-  if (!sharded && !m.sharding_json.empty())
+  if (!meshed && !sharded && !m.sharding_json.empty())
     throw CheckpointError(rank, loaded.listed->path + " holds per-rank state (saved by ShardedDataParallel or "
                                 "LocalSGD); restore it into a model of that kind");
   if (sharded) {
@@ -121,9 +132,9 @@ std::optional<RestoreInfo> Checkpointer::restore_latest(const TrainingState& sta
     sharded->load_shard_state(ckpt::ShardFiles(loaded.listed->path, m, rank), state.optimizer);
   }
   for (const auto& f : loaded.files) {
-    if (!sharded && f->name() == "model.safetensors") ckpt::load_module_tensors(*state.module, *f, rank);
+    if (!meshed && !sharded && f->name() == "model.safetensors") ckpt::load_module_tensors(*state.module, *f, rank);
   }
-  if (state.optimizer && !sharded) {
+  if (state.optimizer && !sharded && !meshed) {
     if (m.optimizer_json.empty())
       throw CheckpointError(rank, loaded.listed->path + " holds no optimizer state, but an optimizer was given");
     for (const auto& f : loaded.files)

@@ -10,8 +10,10 @@
 
 #include "checkpoint/storage/checkpoint_dir.h"
 #include "checkpoint/checkpointer_impl.h"
+#include "checkpoint/sharded/mesh_state.h"
 #include "cohort/distributed_sampler.h"
 #include "cohort/error.h"
+#include "cohort/mesh_checkpoint.h"
 #include "cohort/sharded_state.h"
 #include "runtime/check.h"
 #include "runtime/log.h"
@@ -41,6 +43,16 @@ SaveJob Checkpointer::Impl::capture(const TrainingState& state, bool copy) {
   if (copy && is_snapshots_) wait_previous_snapshot(job);
   job.rng = ckpt::capture_rng(*state.module, rank_);
   if (copy && is_snapshots_) mappings_.begin_save();
+  if (auto* meshed = dynamic_cast<MeshCheckpointable*>(state.module)) {
+    // Staged, never mapped into a snapshot's file: the part hashes the staged pieces (mesh_state.h).
+    ckpt::MeshCapture s = ckpt::mesh_capture(*meshed, state.optimizer, rank_);
+    job.sharded = job.mesh = true;
+    job.mesh_pieces = std::move(s.pieces_json);
+    job.mesh_json = std::move(s.mesh_json);
+    job.shard = copy ? stage(s.tensors, staged_shard_) : cpu_contiguous(s.tensors);
+    if (rank_ == 0) job.optimizer_json = s.optimizer_json;  // rank 0's model file holds no tensors
+    return job;
+  }
   if (auto* sharded = dynamic_cast<ShardedCheckpointable*>(state.module)) {
     ShardState s = sharded->shard_state(state.optimizer);
     job.sharded = true;

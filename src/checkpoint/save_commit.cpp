@@ -19,6 +19,7 @@
 #include "checkpoint/commit_parts.h"
 #include "checkpoint/format/rank_state_file.h"
 #include "checkpoint/storage/file_io.h"
+#include "checkpoint/sharded/mesh_state.h"
 #include "cohort/error.h"
 #include "checkpoint/checkpointer_impl.h"
 #include "runtime/agent_link/agent_link.h"
@@ -159,7 +160,9 @@ void Checkpointer::Impl::commit(const SaveJob& job, const std::string& path, std
   m.user = job.user;
   m.sharding_json = job.sharding_json;
   m.program = program_;  // snapshots only (program_identity.h)
+  std::vector<std::string> mesh_pieces;
   for (const auto& part : collect_parts(job)) {
+    if (job.mesh && part.contains("mesh")) mesh_pieces.push_back(part["mesh"].get<std::string>());
     if (part.contains("error"))
       throw CheckpointError(rank_, "checkpoint " + path + " not committed: " + part["error"].get<std::string>());
     ckpt::RankRng rng;
@@ -179,6 +182,12 @@ void Checkpointer::Impl::commit(const SaveJob& job, const std::string& path, std
     }
   }
   m.files = std::move(files);
+  if (job.mesh) {
+    if (mesh_pieces.size() != static_cast<size_t>(m.world_size))
+      throw CheckpointError(rank_, "checkpoint " + path + " not committed: " + std::to_string(mesh_pieces.size()) + " of " +
+                                       std::to_string(m.world_size) + " ranks saved a model on a device mesh (the ranks' models differ)");
+    m.sharding_json = ckpt::merge_mesh_pieces(job.mesh_json, mesh_pieces, rank_);
+  }
   // Split replicated files (snapshots on one machine): rank 1 describes no optimizer of its own,
   // so one it lacks (the ranks' programs differ) would be a manifest that no restore accepts.
   if (split_replicated_ && !m.optimizer_json.empty() && m.sharding_json.empty() &&

@@ -13,6 +13,7 @@
 #include "checkpoint/storage/file_io.h"
 #include "checkpoint/format/rank_state_file.h"
 #include "checkpoint/format/tensor_file.h"
+#include "checkpoint/sharded/mesh_state.h"
 #include "cohort/error.h"
 
 namespace cohort {
@@ -44,6 +45,7 @@ bool Checkpointer::Impl::writes_files(const SaveJob& job) const {
 nlohmann::json Checkpointer::Impl::part_of(const SaveJob& job) const {
   nlohmann::json part{{"rank", rank_}, {"rng_cpu", job.rng.cpu}, {"rng_cuda", job.rng.cuda}};
   if (job.has_rank_state) part["rank_state"] = job.rank_text;
+  if (job.mesh) part["mesh"] = ckpt::pieces_with_hashes(job.mesh_pieces, job.shard);  // the writer's thread
   return part;
 }
 

@@ -24,6 +24,9 @@ std::string FlatLayout::to_json() const {
 FlatLayout FlatLayout::parse(const std::string& text, int rank) {
   try {
     const auto j = detail::parse_capped(text);
+    if (j.contains("mesh"))
+      throw CheckpointError(rank, "the checkpoint was saved by a model on a device mesh, not by ShardedDataParallel: "
+                                  "restore it into a model on a mesh (cohort::MeshCheckpointable)");
     if (j.contains("local_sgd"))
       throw CheckpointError(rank, "the checkpoint was saved by a LocalSGD model (each rank's own parameters), not by "
                                   "ShardedDataParallel: restore it into a LocalSGD model");

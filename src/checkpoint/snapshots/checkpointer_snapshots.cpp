@@ -5,6 +5,7 @@
 #include "checkpoint/format/program_identity.h"
 #include "checkpoint/snapshots/snapshots.h"
 #include "cohort/error.h"
+#include "cohort/mesh_checkpoint.h"
 #include "cohort/sharded_state.h"
 #include "runtime/log.h"
 
@@ -76,7 +77,8 @@ void Checkpointer::Impl::reconnect() {
 
 bool Checkpointer::Impl::per_rank_state_without_buddies(const TrainingState& state) {
   if (snapshots_->impl_->other_copies_ == 0 || snapshots_->impl_->buddies_.active()) return false;
-  bool per_rank = dynamic_cast<ShardedCheckpointable*>(state.module) != nullptr;
+  bool per_rank = dynamic_cast<ShardedCheckpointable*>(state.module) != nullptr ||
+                  dynamic_cast<MeshCheckpointable*>(state.module) != nullptr;
   if (auto* own = dynamic_cast<RankStateCheckpointable*>(state.module)) per_rank = per_rank || !own->rank_state().empty();
   if (per_rank && !per_rank_noted_ && rank_ == 0)
     detail::log(detail::LogLevel::info, "no in-memory snapshots: the model keeps state per rank (shards, a comm "
