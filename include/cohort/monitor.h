@@ -84,7 +84,7 @@ const char* to_string(Phase phase);
 /// The most spans one step's timeline carries (StepTimeline::truncated says when more were left out).
 constexpr int kMaxTimelineSpans = 256;
 
-/// One span of a step's timeline (docs/monitoring.md#timeline). The strings are static literals.
+/// One span of a step's timeline (docs/monitoring.md, "The timeline panel"). The strings are static literals.
 struct TimelineSpan {
   const char* name = "";  ///< "data", "forward", "backward", "comm_wait", "optimizer", "bucket", "ckpt_write", ...
   const char* cat = "";   ///< "compute", "comm" or "io"
@@ -96,7 +96,7 @@ struct TimelineSpan {
   const char* what = "";  ///< what a collective was for ("ddp bucket", ...); empty: nothing to say
 };
 
-/// A step's spans on the job clock (StepRecord::timeline, docs/monitoring.md#timeline).
+/// A step's spans on the job clock (StepRecord::timeline; docs/monitoring.md, "The timeline panel").
 struct StepTimeline {
   double t0 = 0;              ///< job-clock seconds when the step began (the previous step() call)
   double clock_offset_s = 0;  ///< this rank's clock offset: its own clock + offset = the job clock

@@ -1,5 +1,5 @@
 // monitor/step_timeline.h — the spans of the step in progress, for StepRecord::timeline
-// (docs/monitoring.md#timeline).
+// (docs/monitoring.md#the-timeline-panel).
 //
 // Three sources, each into storage allocated once:
 //   * phases: the monitor's marks close a phase span each (the training thread; a fixed array and
@@ -66,7 +66,7 @@ class StepTimelineRecorder {
   bool other_dropped_ = false;
 };
 
-/// Appends `t` as the "timeline" object of docs/monitoring.md#timeline.
+/// Appends `t` as the "timeline" object of docs/monitoring.md#the-timeline-panel.
 void append_timeline_json(std::string& out, const StepTimeline& t);
 
 }  // namespace cohort::detail

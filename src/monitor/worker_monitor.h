@@ -16,7 +16,7 @@
 // thread per monitor (a rank per process); concurrent marks (ranks as threads sharing one
 // monitor) stay well-defined but mix the ranks' times.
 //
-// Timeline (docs/monitoring.md#timeline): each mark also closes a phase span, and step() hands
+// Timeline (docs/monitoring.md#the-timeline-panel): each mark also closes a phase span, and step() hands
 // the record the step's spans (step_timeline.h) on the job clock (runtime/clock/job_clock.h);
 // add_span() takes the rest (checkpoint I/O, recovery). COHORT_TIMELINE=0 leaves it out (for the
 // overhead benchmark).

@@ -13,7 +13,7 @@
 // Not seen here: collectives a program issues on ctx->group() itself.
 // The monitor (cohort/monitor.h) takes from it, per step, the bytes of completed collectives and
 // the time during which a gradient reduction was in flight (CommTotals): a few words under the
-// same mutex. And the timeline (docs/monitoring.md#timeline): each collective that ends leaves a
+// same mutex. And the timeline (docs/monitoring.md#the-timeline-panel): each collective that ends leaves a
 // span (its operation, enqueue and end on the job clock's own-clock nanoseconds) in a fixed buffer
 // of kSpanCapacity that the monitor drains at each step (take_comm_spans); what does not fit until
 // then is counted, not kept. A span belongs to the thread's span owner at the collective's record

@@ -6,7 +6,7 @@
 // rank 0 answers the ranks one after another. A world of 2 on one machine takes about a millisecond.
 //
 // Not here: the clock's state (job_clock.h), periodic re-measurement (not done yet: the offset of
-// connect time holds until the next rejoin; docs/monitoring.md#timeline).
+// connect time holds until the next rejoin; docs/monitoring.md#the-timeline-panel).
 #pragma once
 
 #include "cohort/torch_compat.h"

@@ -1,4 +1,4 @@
-// runtime/clock/job_clock.h — the job's one clock, for timelines (docs/monitoring.md#timeline).
+// runtime/clock/job_clock.h — the job's one clock, for timelines (docs/monitoring.md#the-timeline-panel).
 //
 // Every rank stamps its spans with its own clock: steady_clock (CLOCK_MONOTONIC), in nanoseconds,
 // plus a shift that only tests set (COHORT_TEST_CLOCK_SHIFT_S, seconds: a rank whose clock is off
