@@ -4,11 +4,13 @@
 // limit while an epoch reads every shard, and never touches a local data set in the cache folder;
 // a corrupt cached shard is fetched again; the server killed mid-epoch is retried and then one
 // error naming the URL, the shard and the rank, or, back within the retry window, the read goes on
-// with the same batches. Small shards (8 KiB), so every test reads many of them in well under a second.
+// with the same batches; two processes sharing one cache folder that holds 3 of the 8 shards each
+// read the local copy's batches. Small shards (8 KiB), so every test reads many of them in well under a second.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -275,6 +277,58 @@ TEST(RemoteData, AServerBackWithinTheRetryWindowGoesOnWithTheSameBatches) {
   });
   if (restart.joinable()) restart.join();
   EXPECT_GE(s.shard_requests(), 8u);
+}
+
+// Two processes, one rank each of a world of 2, sharing one cache folder whose limit holds 3 of
+// the 8 shards: each evicts what the other fetched, and both must still read the local copy's
+// batches, with the cache under its limit at every step and nothing half-written left behind.
+// The processes are this test binary again, running the helper below.
+TEST(RemoteData, TwoProcessesSharingOneSmallCacheFolderReadTheLocalCopysBatches) {
+  Served s;
+  const uint64_t limit = 3 * kShardBytes + s.index_bytes();
+  std::vector<std::thread> ranks;
+  std::vector<cohort::testing::Run> runs(2);
+  for (int r = 0; r < 2; ++r) {
+    const std::string env = "COHORT_REMOTE_URL=" + s.url + " COHORT_REMOTE_DIR=" + s.dir + " COHORT_REMOTE_CACHE=" +
+                            s.cache.path() + " COHORT_REMOTE_LIMIT=" + std::to_string(limit) + " COHORT_REMOTE_RANK=" + std::to_string(r);
+    const std::string self = fs::read_symlink("/proc/self/exe").string();
+    ranks.emplace_back([&runs, r, env, self] {
+      runs[r] = cohort::testing::run_shell(env + " " + self + " --gtest_also_run_disabled_tests --gtest_filter=RemoteDataRank.DISABLED_ReadsTwoEpochs");
+    });
+  }
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(runs[r].exit_code, 0) << "rank " << r << ":\n" << runs[r].output;
+    // The helper ran and read its batches (not skipped, not filtered away).
+    EXPECT_TRUE(cohort::testing::contains(runs[r].output, "[       OK ] RemoteDataRank.DISABLED_ReadsTwoEpochs"))
+        << "rank " << r << ":\n" << runs[r].output;
+  }
+  EXPECT_GT(s.shard_requests(), 8u) << "no shard was evicted and fetched again";
+  for (const auto& dir : fs::directory_iterator(s.cache.path())) {
+    if (!dir.is_directory()) continue;
+    for (const auto& f : fs::directory_iterator(dir.path())) {
+      const std::string name = f.path().filename().string();
+      EXPECT_EQ(name.find(".part-"), std::string::npos) << name << " left behind";
+      if (name.size() > 4 && name.compare(name.size() - 4, 4, ".bin") == 0) {
+        EXPECT_EQ(cohort::testing::slurp(f.path().string()), cohort::testing::slurp(s.dir + "/" + name)) << name;
+      }
+    }
+  }
+}
+
+// The helper: one rank of the test above, in its own process (skipped unless run by it).
+TEST(RemoteDataRank, DISABLED_ReadsTwoEpochs) {
+  const char* url = std::getenv("COHORT_REMOTE_URL");
+  if (!url) GTEST_SKIP() << "run by RemoteData.TwoProcessesSharingOneSmallCacheFolderReadTheLocalCopysBatches";
+  const std::string cache = std::getenv("COHORT_REMOTE_CACHE");
+  const int rank = std::atoi(std::getenv("COHORT_REMOTE_RANK"));
+  ShardedDatasetOptions o = remote_options(cache);
+  o.cache_bytes = std::strtoull(std::getenv("COHORT_REMOTE_LIMIT"), nullptr, 10);
+  std::vector<ShardedDataset> remote, local;
+  remote.emplace_back(url, rank, 2, o);
+  local.emplace_back(std::getenv("COHORT_REMOTE_DIR"), rank, 2, o);
+  expect_equal_batches(remote, local, 2 * remote[0].steps_per_epoch() + 1,
+                       [&](int64_t) { ASSERT_LE(cached_bytes(cache), o.cache_bytes); });
 }
 
 }  // namespace
