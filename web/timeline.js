@@ -20,9 +20,9 @@
   const AXIS = 20;
   const LANE_GAP = 5;
   // A span this much longer than the typical one of its kind on the view (and 2 ms, and 5 % of a
-  // step, more) is outlined
-  // in red: the straggler's long phase, a late bucket, a slow checkpoint. Waits are the others'
-  // symptom, not a cause: never outlined.
+  // step, more) is outlined in red: the straggler's long phase, a late bucket, a slow checkpoint.
+  // Waits are the others' symptom, not a cause: never outlined; nor is a bucket long on some ranks
+  // only (it waited for a straggler's launch), only one long on every rank.
   const OUTLIER_FACTOR = 2;
   const OUTLIER_MIN_S = 0.002;
   const OUTLIER_STEP_SHARE = 0.05;
@@ -106,16 +106,34 @@
     const view = {
       lanes: [], total: 0, marks: [], range: null,  // what to draw (setData; lanes: at most maxLanes of total)
       v0: 0, v1: 1, follow: true,             // the visible window; follow: the whole data
-      drawn: [], selected: null, outliers: 0, draws: 0,
+      drawn: [], selected: null, draws: 0,
+      outliers: 0, picked: 0,                 // spans framed on the lanes drawn; lanes sampled for their outliers
     };
 
     // data: {lanes: [{id, label, spans}], marks: [{t, label}], range: [t0, t1] (optional: else the spans')}
     view.setData = function (data) {
-      // Past maxLanes (64) lanes, a sample spread evenly over them, the last one included.
+      // Past maxLanes (64) lanes, a sample: the lanes whose own work (compute, io) has the largest
+      // outliers first (up to a quarter: the stragglers, not the others' late buckets), then lanes
+      // spread evenly over the rest, in their order.
       const all = data.lanes || [];
       const max = o.maxLanes || 64;
       view.total = all.length;
-      view.lanes = all.length <= max ? all : Array.from({ length: max }, (_, i) => all[Math.floor(((i + 1) * all.length) / max) - 1]);
+      view.lanes = all;
+      markOutliers();  // over every lane: the usual span of a kind is the quickest lane's
+      view.picked = 0;
+      if (all.length > max) {
+        const score = (l) => Math.max(0, ...l.spans.filter((sp) => sp.cat !== 'comm').map((sp) => sp.outlier || 0));
+        const worst = all.map((l) => [score(l), l]).filter(([v]) => v > 0).sort((a, b) => b[0] - a[0]);
+        const pick = new Set(worst.slice(0, max >> 2).map(([, l]) => l));
+        view.picked = pick.size;
+        const rest = all.filter((l) => !pick.has(l));
+        const want = max - pick.size;
+        for (let i = 0; i < want; i++) pick.add(rest[Math.floor(((i + 1) * rest.length) / want) - 1]);
+        view.lanes = all.filter((l) => pick.has(l));
+      }
+      // The framed spans on the lanes drawn.
+      view.outliers = 0;
+      for (const lane of view.lanes) for (const s of lane.spans) if (s.outlier) view.outliers++;
       view.marks = data.marks || [];
       view.range = data.range || null;
       if (view.selected && !view.lanes.some((l) => l.spans.includes(view.selected.span))) {
@@ -165,17 +183,26 @@
         }
       }
       const minExtra = Math.max(OUTLIER_MIN_S, OUTLIER_STEP_SHARE * (median([...steps.values()]) || 0));
-      let n = 0;
       for (const per of byKind.values()) {
         const all = [...per.values()].flat();
         if (all.length < 3) continue;
         const base = Math.min(...[...per.values()].map((list) => median(list.map((s) => s.dur))));
-        for (const s of all) {
-          s.outlier = s.dur > OUTLIER_FACTOR * base && s.dur - base >= minExtra ? s.dur / base : 0;
-          if (s.outlier) n++;
+        for (const s of all) s.outlier = s.dur > OUTLIER_FACTOR * base && s.dur - base >= minExtra ? s.dur / base : 0;
+      }
+      // A bucket is late when it was long on every rank (the collective itself); long on some
+      // only, it waited for a late launch (a straggler's): a symptom, like the waits.
+      const collective = new Map();  // step#index -> spans
+      for (const [key, per] of byKind) {
+        if (!key.startsWith('bucket')) continue;
+        for (const s of [...per.values()].flat()) {
+          const k = s.step + '/' + key;
+          if (!collective.has(k)) collective.set(k, []);
+          collective.get(k).push(s);
         }
       }
-      view.outliers = n;
+      for (const list of collective.values()) {
+        if (list.some((s) => !s.outlier)) for (const s of list) s.outlier = 0;
+      }
     }
 
     function layout(cssWidth) {
@@ -210,7 +237,6 @@
 
     view.draw = function () {
       view.draws++;
-      markOutliers();
       drawLegend();
       const dr = dataRange();
       if (view.follow && dr) [view.v0, view.v1] = dr;
@@ -241,7 +267,8 @@
       const px = plotW / (v1 - v0);
       const X = (t) => GUTTER + (t - v0) * px;
       range.textContent = fmtS(v1 - v0) + ' shown' + (view.follow ? '' : ' (zoomed: fit to follow)') +
-        (view.total > view.lanes.length ? '; ' + view.lanes.length + ' of ' + view.total + ' ' + o.laneNoun + 's, spread evenly' : '');
+        (view.total > view.lanes.length ? '; ' + view.lanes.length + ' of ' + view.total + ' ' + o.laneNoun + 's, ' +
+          (view.picked ? view.picked + ' with the longest outliers, the rest spread evenly' : 'spread evenly') : '');
 
       // The axis: time from the view's start; step starts as dashed lines.
       const tick = niceStep(v1 - v0, Math.max(2, Math.floor(plotW / 90)));

@@ -124,6 +124,8 @@ async function timelineShowsTheStraggler(page) {
   const wait0 = info.drawn.find((d) => d.lane === 0 && d.name === 'comm_wait' && d.step === newest);
   assert.ok(wait0 && wait0.dur > 0.06, 'rank 0 waits for it: ' + JSON.stringify(wait0));
   assert.ok(!info.drawn.some((d) => d.lane === 0 && d.cat === 'compute' && d.outlier), 'no busy span of rank 0 outlined');
+  // Rank 0's buckets waited for rank 1's late launches: long on rank 0 only, a symptom, not framed.
+  assert.deepStrictEqual(info.drawn.filter((d) => d.name === 'bucket' && d.outlier), [], 'no bucket outlined');
   const details = await clickSpan(page, longest);
   assert.strictEqual(details.name, 'forward');
   assert.strictEqual(details.lane, '1');
@@ -178,6 +180,38 @@ async function timelineOfAFinishedRun() {
     await page.click('.tl-zoom[data-zoom="fit"]');
     assert.ok(Math.abs(await width() - all) < all * 1e-6, 'fit shows all again');
     await page.screenshot({ path: path.join(t.artifactsDir(), 'dashboard-timeline-checkpoint.png'), fullPage: true });
+    assertCleanPage(page, new URL(url).origin);
+  } finally {
+    await browser.close();
+  }
+  await t.stop(dash, 'SIGTERM');
+}
+
+// 80 ranks, rank 3 slowed: the view draws 64 of them, and rank 3 (which an even spread over 80
+// would leave out: 0, 1, 2, 4, ...) is among them for its outlined forward; the other ranks'
+// buckets, long waiting for its launches, are not outlined.
+async function manyRanksSampleTheStraggler() {
+  const { dir } = await fixture('wide', ['--steps', '30', '--world', '80', '--slow-rank', '3', '--slow-from', '1']);
+  const dash = t.start('wide-dashboard', cohort, ['dashboard', dir, '--no-follow']);
+  const url = await t.printedUrl(dash);
+  const browser = await t.launchBrowser();
+  try {
+    const page = await t.openPage(browser, url);
+    const info = await t.waitFor('64 lanes of 10 steps', async () => {
+      const i = await timelineInfo(page, TIMELINE);
+      return i && i.lanes.length === 64 && new Set(i.drawn.map((d) => d.step)).size === 10 ? i : null;
+    }, 15000);
+    const ids = info.lanes.map((l) => l.id);
+    assert.ok(ids.includes(3), 'rank 3 drawn: ' + ids.join(' '));
+    assert.deepStrictEqual(ids, [...ids].sort((a, b) => a - b), 'lanes in rank order');
+    assert.strictEqual(ids[ids.length - 1], 79, 'the last rank drawn');
+    assert.strictEqual(await page.evaluate((e) => new Function('return ' + e)().picked, TIMELINE), 1);
+    assert.match(await page.textContent('.tl-range'), /64 of 80 ranks, 1 with the longest outliers, the rest spread evenly/);
+    const framed = info.drawn.filter((d) => d.outlier);
+    assert.ok(framed.length >= 10 && framed.every((d) => d.lane === 3 && d.name === 'forward'),
+      'only rank 3\'s forwards outlined: ' + JSON.stringify(framed.map((d) => [d.lane, d.name, d.step])));
+    assert.strictEqual(info.outliers, framed.length);
+    await page.locator('.timeline-panel').screenshot({ path: path.join(t.artifactsDir(), 'dashboard-timeline-80-ranks.png') });
     assertCleanPage(page, new URL(url).origin);
   } finally {
     await browser.close();
@@ -347,6 +381,7 @@ async function linksToTheSimulatorCalibratedOnTheJob() {
 t.run([
   ['cohort dashboard follows a growing log; the page updates live and flags the straggler', followsAGrowingLog],
   ['the timeline panel of a finished run: a slow checkpoint, a late bucket, zoom', timelineOfAFinishedRun],
+  ['80 ranks on the timeline: 64 drawn, the straggler among them', manyRanksSampleTheStraggler],
   ['a run with a NaN, a killed rank and a restart: timeline, restarts, loss chart, failed rank', failureRestartAndNan],
   ['a burst larger than a stream may queue: the page resyncs from /api/state', burstMakesThePageResync],
   ['a token-protected dashboard works in the browser through ?token=', tokenInTheBrowser],

@@ -1,5 +1,5 @@
 // `cohort trace`: the run's step timelines as a Chrome trace event file. See trace_command.h and
-// docs/monitoring.md#timeline.
+// docs/monitoring.md#cohort-trace-run_dir.
 //
 // The log is input from outside: lines are read with a length cap (a metrics datagram is at most
 // 64 KiB; a longer line is skipped whole, never held), parsed with the depth cap of

@@ -1,5 +1,5 @@
 // `cohort trace RUN_DIR -o trace.json`: every rank's step timelines from the run's event log
-// (RUN_DIR/events.jsonl, the "timeline" of each metrics record: docs/monitoring.md#timeline) as
+// (RUN_DIR/events.jsonl, the "timeline" of each metrics record: docs/monitoring.md#cohort-trace-run_dir) as
 // a Chrome trace event file, which Perfetto's UI and chrome://tracing open: one process per rank,
 // threads for compute, communication and I/O (a second lane of a kind where spans overlap
 // without nesting), complete ("X") events in microseconds on the job clock, and a flow arrow from
