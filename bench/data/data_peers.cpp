@@ -95,6 +95,8 @@ int main(int argc, char** argv) {
   app.add_option("--shard-mib", shard_mib, "shard size when generating")->capture_default_str();
   app.add_option("--seq-len", seq_len)->capture_default_str();
   app.add_option("--batch", batch, "samples per batch (world size 1)")->capture_default_str();
+  bool warm = false;
+  app.add_flag("--warm", warm, "leave the files' pages in the page cache (the default drops them before each reader)");
   CLI11_PARSE(app, argc, argv);
   if (gib > 0) {
     peers_generate(dir, static_cast<uint64_t>(gib * (1ull << 30)), shard_mib << 20);
@@ -102,6 +104,7 @@ int main(int argc, char** argv) {
   }
   const cohort::data::Manifest m = cohort::data::read_manifest(dir);
   auto evict_all = [&] {
+    if (warm) return;
     for (const auto& s : m.shards) peers_evict(dir + "/" + s.data.file);
   };
 
@@ -129,7 +132,9 @@ int main(int argc, char** argv) {
   evict_all();
   t = PeersClock::now();
   cohort::ShardedDataset resumed(dir, 0, 1, o);
+  const double build_s = peers_seconds_since(t);
   resumed.load_state_dict(state);
+  const double load_s = peers_seconds_since(t) - build_s;
   auto first = resumed.get_batch(static_cast<size_t>(batch));
   const double resume_s = peers_seconds_since(t);
 
@@ -142,11 +147,13 @@ int main(int argc, char** argv) {
   }
   nlohmann::json out = {{"loader", "cohort"},
                         {"threads", "main + 1 read-ahead"},
+                        {"page_cache", warm ? "warm" : "cold"},
                         {"samples", samples},
                         {"epoch_s", epoch_s},
                         {"samples_per_s", samples / epoch_s},
                         {"resume_step", resume_step},
                         {"resume_s", resume_s},
+                        {"resume_parts_s", {{"build", build_s}, {"load_state", load_s}, {"first_batch", resume_s - build_s - load_s}}},
                         {"state_bytes", state.size()},
                         {"resumed_batch_ok", equal},
                         {"checksum", checksum}};

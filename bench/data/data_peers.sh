@@ -15,6 +15,8 @@
 # batch must equal the batch the uninterrupted epoch had there and hold the data set's tokens.
 # cohort's threads: the main one and its one read-ahead thread; the peers: the main process and
 # WORKERS loader worker processes. One JSON line a run, then a summary (medians over the rounds).
+# DATA_PEERS_CACHE=warm: the files stay in the page cache instead (read once before each run), so
+# the loaders' own CPU costs are compared without the disk.
 #
 # The Python side runs in its own venv, ${DATA_PEERS_VENV:-~/.cache/cohort/venv-data-peers},
 # which this script makes when it lacks the packages: mosaicml-streaming 0.13.0 and torchdata
@@ -61,12 +63,18 @@ build/bench/data_peers --dir "$root/cohort" --generate "$gib"
 "$py" bench/data/data_peers.py prepare --cohort "$root/cohort" --mds "$root/mds"
 du -sh "$root/cohort" "$root/mds"
 results="$root/results.jsonl"
+warm=()
+if [[ "${DATA_PEERS_CACHE:-cold}" == warm ]]; then warm=(--warm); fi
+cache() { if [[ ${#warm[@]} -gt 0 ]]; then cat "$root"/cohort/*.bin "$root"/cohort/*.idx "$root"/mds/* > /dev/null; fi; }
 for r in $(seq 1 "$rounds"); do
   echo "data_peers: round $r of $rounds"
-  build/bench/data_peers --dir "$root/cohort" | tee -a "$results"
+  cache
+  build/bench/data_peers --dir "$root/cohort" "${warm[@]}" | tee -a "$results"
   for w in $workers; do
     for peer in streaming sdl; do
-      "$py" bench/data/data_peers.py run "$peer" --workers "$w" --cohort "$root/cohort" --mds "$root/mds" | tee -a "$results"
+      cache
+      "$py" bench/data/data_peers.py run "$peer" --workers "$w" --cohort "$root/cohort" --mds "$root/mds" "${warm[@]}" |
+        tee -a "$results"
     done
   done
 done
@@ -80,7 +88,9 @@ for r in runs:
 med = {n: (statistics.median(r["samples_per_s"] for r in rs), statistics.median(r["resume_s"] for r in rs),
            all(r["resumed_batch_ok"] for r in rs)) for n, rs in by.items()}
 for n, (sps, res, ok) in med.items():
-    print(f"{n:28s} {sps:10.0f} samples/s  resume {res * 1000:8.1f} ms  batches {'right' if ok else 'WRONG'}")
+    parts = [r["resume_parts_s"] for r in by[n] if "resume_parts_s" in r]
+    split = ", ".join(f"{k} {statistics.median(p[k] for p in parts) * 1000:.1f}" for k in ("build", "load_state", "first_batch")) if parts else ""
+    print(f"{n:28s} {sps:10.0f} samples/s  resume {res * 1000:8.1f} ms ({split})  batches {'right' if ok else 'WRONG'}")
 peers = {n: v for n, v in med.items() if n != "cohort"}
 fast = max(peers, key=lambda n: peers[n][0])
 quick = min(peers, key=lambda n: peers[n][1])
