@@ -1,6 +1,6 @@
-// The step timeline (issue 49, docs/monitoring.md#timeline), ranks as threads: every step's phase
+// The step timeline (issue 49, docs/monitoring.md#the-timeline-panel), ranks as threads: every step's phase
 // spans telescope from t0 to the step's end, each DDP bucket has one comm span that begins in
-// backward or after it and ends before the optimizer, checkpoint I/O and recovery have theirs,
+// backward or after it and ends before the optimizer, checkpoint I/O, a snapshot copy and recovery have theirs,
 // the cap truncates, the metrics message carries it all, and the ranks' clocks agree. Real
 // processes through `cohort run` (and `cohort trace`) are timeline_process_test.cpp's.
 #include <gtest/gtest.h>
@@ -150,6 +150,36 @@ TEST(Timeline, CheckpointCaptureWriteAndRecoveryHaveSpans) {
     ASSERT_NE(recovery, nullptr);
     EXPECT_STREQ(recovery->cat, "compute");
     EXPECT_GT(recovery->dur_s, 0);
+  });
+  std::filesystem::remove_all(dir);
+}
+
+// An in-memory snapshot's copy (maybe_save with snapshot_every_steps) is its own io span, not a
+// checkpoint's capture.
+TEST(Timeline, ASnapshotCopyHasItsSpan) {
+  char templ[] = "/tmp/cohort-timeline-snap-XXXXXX";
+  const std::string dir = mkdtemp(templ);
+  run_ranks(1, [&](std::shared_ptr<cohort::Context> ctx) {
+    SmallNet net;
+    auto model = cohort::DistributedDataParallel(net, ctx);
+    torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
+    const cohort::TrainingState state{model.ptr().get(), &sgd, nullptr};
+    cohort::Monitor mon(opts());
+    cohort::ScopedMonitor bind(mon);
+    cohort::CheckpointOptions o;
+    o.snapshot_every_steps = 1;
+    o.snapshot_dir = dir + "/snapshots";
+    cohort::Checkpointer ckpt(dir + "/checkpoints", ctx, o);
+    EXPECT_FALSE(ckpt.maybe_save(state));  // a snapshot only: no disk save started
+    ckpt.wait();
+    cohort::monitor().step();
+    const auto rec = *cohort::monitor().last();
+    const auto* copy = find_span(rec, "snapshot_copy");
+    ASSERT_NE(copy, nullptr);
+    EXPECT_STREQ(copy->cat, "io");
+    EXPECT_GE(copy->start_s, 0);
+    EXPECT_LE(copy->start_s + copy->dur_s, rec.step_s + 1e-9);
+    EXPECT_EQ(find_span(rec, "ckpt_capture"), nullptr);
   });
   std::filesystem::remove_all(dir);
 }
