@@ -1,8 +1,9 @@
-// The step timeline (issue 49, docs/monitoring.md#the-timeline-panel), ranks as threads: every step's phase
-// spans telescope from t0 to the step's end, each DDP bucket has one comm span that begins in
-// backward or after it and ends before the optimizer, checkpoint I/O, a snapshot copy and recovery have theirs,
-// the cap truncates, the metrics message carries it all, and the ranks' clocks agree. Real
-// processes through `cohort run` (and `cohort trace`) are timeline_process_test.cpp's.
+// The step timeline (issue 49, docs/monitoring.md#the-timeline-panel), ranks as threads: every
+// step's phase spans telescope from t0 to the step's end, each DDP bucket has one comm span that
+// begins in backward or after it and ends before the optimizer, checkpoint I/O, a snapshot copy and
+// recovery have theirs, the cap truncates, the metrics message carries it all, and the ranks'
+// clocks agree. Real processes through `cohort run` (and `cohort trace`) are
+// timeline_process_test.cpp's.
 #include <gtest/gtest.h>
 
 #include <cmath>
