@@ -362,7 +362,7 @@ int train(const Flags& flags, Net net) {
 int main(int argc, char** argv) {
   CLI::App app{"Train a CNN or MLP on Fashion-MNIST with cohort (data parallel)"};
   Flags f;
-  app.add_option("--data", f.data, "Directory with the (gzipped) IDX files")->capture_default_str();
+  app.add_option("--data", f.data, "Directory with the (gzipped) IDX files, or with train/ and t10k/ from `cohort data prepare --idx` (docs/data.md)")->capture_default_str();
   app.add_option("--model", f.model, "cnn or mlp")->check(CLI::IsMember({"cnn", "mlp"}))->capture_default_str();
   app.add_option("--epochs", f.epochs, "Epochs")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--max-steps", f.max_steps, "Stop after this many steps (0: no limit)")->check(CLI::NonNegativeNumber);

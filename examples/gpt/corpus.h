@@ -9,9 +9,11 @@
 // tokenizer to train or to save, and any text works.
 #pragma once
 
+#include <cohort/sharded_dataset.h>
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -21,6 +23,10 @@ struct Corpus {
   /// Entropy of the training split's byte frequencies, in nats: what a model that ignores context
   /// achieves at best. A language model must get below it.
   double unigram_entropy = 0;
+  /// --data: the prepared data set the training reads instead of `train` (train_data.h), and its
+  /// SentencePiece model ("" for bytes); `val` then holds validation tokens of any vocabulary.
+  std::shared_ptr<cohort::ShardedDataset> prepared;
+  std::string tokenizer_model;
 };
 
 /// Reads and splits `path`. Throws cohort::ConfigError naming the rank and the problem: the path

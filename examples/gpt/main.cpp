@@ -26,6 +26,7 @@
 #include "mesh/mesh_train.h"
 #include "options.h"
 #include "train.h"
+#include "train_data.h"  // load_prepared: --data
 
 namespace {
 
@@ -48,9 +49,12 @@ int run(Options o, const Overrides& ov) {
   o.model.aten_gelu = ov.aten_gelu;
   if (const std::string problem = o.model.problem(); !problem.empty()) throw cohort::ConfigError(env_rank, problem);
   if (o.mesh()) gpt_mesh::check_options(o, cohort::resolve_job_env().world_size, env_rank);  // before any connection
+  if (o.mesh() && !o.data.empty()) throw cohort::ConfigError(env_rank, "--data with --tp/--pp is not built yet: train on --corpus there");
 
   // The corpus before init(): a warm spare (cohort run --warm-spares) has it read when released.
-  const Corpus corpus = load_corpus(o.corpus, env_rank);
+  // A prepared data set (--data) is mapped, not read, and sets the vocabulary.
+  const Corpus corpus = o.data.empty() ? load_corpus(o.corpus, env_rank)
+                                       : load_prepared(o, env_rank, cohort::resolve_job_env().world_size);
   auto ctx = cohort::init();
   const torch::Device device = ctx->device(o.device == "cuda" ? torch::kCUDA : torch::kCPU);
   int threads = o.threads;
@@ -135,6 +139,11 @@ int main(int argc, char** argv) {
   app.add_option("--powersgd-rank", o.powersgd_rank, "PowerSGD: rank of the approximation")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--powersgd-start", o.powersgd_start, "PowerSGD: steps of plain allreduce first")->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--corpus", o.corpus, "A text file, or a directory of them")->capture_default_str();
+  app.add_option("--data", o.data, "A token data set from `cohort data prepare`, read instead of --corpus (docs/gpt.md)");
+  app.add_option("--data-cache", o.data_cache, "--data at an http(s) URL: the folder its shards are cached in (the ranks of a machine may share it)");
+  app.add_option("--val-data", o.val_data, "--data: a prepared data set to evaluate on (default: --data's first windows, not held out)");
+  app.add_flag("--print-batch-hashes", o.print_batch_hashes, "Print each global batch's hash on rank 0 (tests)");
+  app.add_option("--stop-at", o.stop_at, "End after this step, its checkpoint written, as if interrupted (tests)")->check(CLI::NonNegativeNumber);
   app.add_option("--device", o.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   app.add_option("--steps", o.steps, "Optimizer steps")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--batch", o.batch, "Sequences per rank and micro-step")->check(CLI::PositiveNumber)->capture_default_str();

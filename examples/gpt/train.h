@@ -19,6 +19,7 @@
 #include "phase_times.h"
 #include "mesh/test_outputs.h"
 #include "schedule.h"
+#include "train_data.h"
 
 using Ddp = cohort::DistributedDataParallel<torch::nn::Sequential>;
 using Sharded = cohort::ShardedDataParallel<torch::nn::Sequential>;
@@ -196,18 +197,17 @@ nlohmann::json train(M& model, std::shared_ptr<cohort::Context> ctx, const Corpu
                      const torch::Device& device) {
   cohort::Context& c = *ctx;
   const GptConfig& cfg = o.model;
-  TokenWindows train_set(corpus.train, cfg.seq_len), val_set(corpus.val, cfg.seq_len);
+  TrainBatches batches(corpus, ctx, o);  // the corpus's windows, or the prepared data set (--data)
+  TokenWindows val_set(corpus.val, cfg.seq_len);
   // Every rank evaluates at least one validation window (evaluate() takes a multiple of the world
   // size): fewer, and the validation loss is 0 / 0 on every rank, a NaN in a run that exits 0.
-  if (static_cast<int64_t>(*train_set.size()) < c.world_size() * o.batch ||
-      static_cast<int64_t>(*val_set.size()) < c.world_size())
+  if (static_cast<int64_t>(*val_set.size()) < c.world_size())
     throw cohort::ConfigError(c.rank(), "the corpus is too small for --seq-len " + std::to_string(cfg.seq_len) +
                                             " and --batch " + std::to_string(o.batch) + " on " +
                                             std::to_string(c.world_size()) + " ranks");
   if (o.eval_windows < c.world_size())
     throw cohort::ConfigError(c.rank(), "--eval-windows " + std::to_string(o.eval_windows) + " is fewer than the " +
                                             std::to_string(c.world_size()) + " ranks (each evaluates at least one window)");
-  cohort::DistributedSampler sampler(*train_set.size(), ctx, {.shuffle = true, .seed = o.seed});
   cohort::FusedAdamW optimizer(model->parameters(), torch::optim::AdamWOptions(o.lr)
                                                         .betas(std::make_tuple(0.9, 0.95))
                                                         .eps(1e-8)
@@ -217,7 +217,7 @@ nlohmann::json train(M& model, std::shared_ptr<cohort::Context> ctx, const Corpu
   std::unique_ptr<cohort::Checkpointer> checkpoints;
   PeakFlops cpu_peak;
   const auto state = [&] {
-    return cohort::TrainingState{&*model, &optimizer, &sampler, {{"schedule", &schedule}, {"mfu_peak", &cpu_peak}}};
+    return cohort::TrainingState{&*model, &optimizer, batches.sampler(), batches.states({{"schedule", &schedule}, {"mfu_peak", &cpu_peak}})};
   };
   if (!o.ckpt_dir.empty()) {
     checkpoints = std::make_unique<cohort::Checkpointer>(
@@ -228,7 +228,7 @@ nlohmann::json train(M& model, std::shared_ptr<cohort::Context> ctx, const Corpu
   // Under `cohort run --keep-survivors` a peer's failure re-forms the job around its replacement and
   // this runs again, from the newest snapshot; what it needs from the other ranks happens inside.
   const auto train_from_latest = [&]() -> nlohmann::json {
-    auto loader = torch::data::make_data_loader(train_set, sampler, torch::data::DataLoaderOptions(o.batch));
+    batches.start();
     if (checkpoints) {
       if (auto r = checkpoints->restore_latest(state()); r && c.rank() == 0)
         std::cout << "resumed from " << r->path << " (step " << r->step << ")" << std::endl;
@@ -247,9 +247,10 @@ nlohmann::json train(M& model, std::shared_ptr<cohort::Context> ctx, const Corpu
     torch::Tensor step_loss;  // this step's loss on the device, read once the optimizer's kernels are queued
     clock::time_point step_start;
     PhaseTimes phases(o.phase_times, device);
-    for (int64_t epoch = sampler.epoch(); step < o.steps; ++epoch) {
-      sampler.set_epoch(epoch);
-      for (auto& batch : *loader) {
+    const int64_t last = o.stop_at > 0 ? std::min(o.stop_at, o.steps) : o.steps;  // --stop-at: as if interrupted there
+    while (step < last) {
+      {
+        const torch::data::Example<> batch = batches.next();  // into the next epoch at an epoch's end
         if (micro == 0) {
           phases.count(step - first_step >= o.warmup_steps);  // the steps the throughput counts
           phases.start();
@@ -328,7 +329,12 @@ nlohmann::json train(M& model, std::shared_ptr<cohort::Context> ctx, const Corpu
                           {"unigram_entropy", corpus.unigram_entropy}};
     save_or_compare_params(full, o, c.rank(), result);
     if (o.phase_times) result["phase_ms"] = phases.per_step(timed_steps);
-    if (o.sample_tokens > 0) result["sample"] = generate(model, cfg, "\n", o.sample_tokens, o.seed, device);
+    if (o.sample_tokens > 0 && corpus.prepared) {  // token ids of the data set's tokenizer, decoded
+      const std::vector<int64_t> ids = generate_ids(model, cfg, {corpus.val[0].item<int64_t>()}, o.sample_tokens, o.seed, device);
+      result["sample"] = decode_tokens(corpus.tokenizer_model, ids);
+    } else if (o.sample_tokens > 0) {
+      result["sample"] = generate(model, cfg, "\n", o.sample_tokens, o.seed, device);
+    }
     return result;
   };
   nlohmann::json result;
