@@ -19,14 +19,14 @@
 #include <thread>
 
 #include "cli_checks.h"  // examples::kFinite, examples::parse_command_line
-#include "corpus.h"
+#include "data/corpus.h"
 #include "error_line.h"  // examples::error_line
 #include "gpt_model.h"
 #include "mesh/mesh_model.h"  // gpt_mesh::check_options
 #include "mesh/mesh_train.h"
 #include "options.h"
 #include "train.h"
-#include "train_data.h"  // load_prepared: --data
+#include "data/train_data.h"  // load_prepared: --data
 
 namespace {
 

@@ -16,10 +16,10 @@ struct Options {
   int powersgd_rank = 4;
   int64_t powersgd_start = 10;
   std::string corpus = "/usr/share/games/fortunes";
-  std::string data;      // --data: a data set `cohort data prepare` wrote, read instead of --corpus (train_data.h)
+  std::string data;      // --data: a data set `cohort data prepare` wrote, read instead of --corpus (data/train_data.h)
   std::string val_data;  // --val-data: a prepared data set to evaluate on (default: --data's first windows)
   std::string data_cache;  // --data-cache: the folder an http(s) --data's shards are cached in
-  bool print_batch_hashes = false;  // tests: rank 0 prints each global batch's hash (train_data.h)
+  bool print_batch_hashes = false;  // tests: rank 0 prints each global batch's hash (data/train_data.h)
   int64_t stop_at = 0;   // tests: end after this step (its checkpoint written), as if interrupted there
   std::string device = "cpu";  // cpu or cuda
   int64_t steps = 200;

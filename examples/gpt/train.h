@@ -13,13 +13,13 @@
 #include <optional>
 
 #include "clip_grad.h"
-#include "corpus.h"
+#include "data/corpus.h"
 #include "gpt_model.h"
 #include "options.h"
 #include "phase_times.h"
 #include "mesh/test_outputs.h"
 #include "schedule.h"
-#include "train_data.h"
+#include "data/train_data.h"
 
 using Ddp = cohort::DistributedDataParallel<torch::nn::Sequential>;
 using Sharded = cohort::ShardedDataParallel<torch::nn::Sequential>;

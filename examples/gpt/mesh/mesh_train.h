@@ -11,7 +11,7 @@
 
 #include <memory>
 
-#include "corpus.h"
+#include "data/corpus.h"
 #include "options.h"
 
 /// Trains on the mesh and returns the result line (as train() does); collective over the job.

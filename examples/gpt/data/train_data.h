@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "corpus.h"
+#include "data/corpus.h"
 #include "gpt_model.h"
 #include "options.h"
 

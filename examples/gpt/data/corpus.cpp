@@ -1,4 +1,4 @@
-#include "corpus.h"
+#include "data/corpus.h"
 
 #include <cohort/data_file.h>
 #include <cohort/error.h>

@@ -1,5 +1,5 @@
 // The GPT example's batches: the corpus's windows or a prepared data set. See train_data.h.
-#include "train_data.h"
+#include "data/train_data.h"
 
 #include <algorithm>
 #include <iomanip>
