@@ -8,7 +8,10 @@
 # the measured steps, the prediction and its error (bench/sim/sim_compare.py).
 # calibrate refuses runs that other work slowed (docs/sim.md, "Load the simulator does not
 # model"): run this on a quiet machine; its refusal is printed and ends the bench.
-#   usage: [COHORT_BUILD=build] bench/sim/sim_models.sh [ROUNDS (3)]
+# THREADS=N gives every worker N intra-op threads (--threads-per-proc): with THREADS=1 the 1-rank
+# runs have the 2- and 3-rank runs' one thread, so a fit on one size sees the others' count.
+# Unset: the launcher's default (cores / local ranks: 1 rank has 2 threads).
+#   usage: [COHORT_BUILD=build] [THREADS=N] bench/sim/sim_models.sh [ROUNDS (3)]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rounds=${1:-3}
@@ -17,6 +20,7 @@ cli=$build/tools/cohort
 fmnist=$build/examples/fashion_mnist/fashion_mnist
 gpt=$build/examples/gpt/gpt
 for x in "$cli" "$fmnist" "$gpt"; do [ -x "$x" ] || { echo "sim_models: build first (bash scripts/setup.sh): no $x" >&2; exit 2; }; done
+threads=(); [ -z "${THREADS:-}" ] || threads=(--threads-per-proc "$THREADS")
 work=$(mktemp -d /tmp/cohort_sim_models.XXXXXX)
 trap 'pkill -9 -f "$work" 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
 
@@ -32,7 +36,7 @@ for r in $(seq "$rounds"); do
   for m in $models; do
     for n in 1 2 3; do
       # shellcheck disable=SC2046
-      "$cli" run --nproc-per-node "$n" --no-dashboard --log-dir "$work/$m-r$r-n$n" -- $(command_of "$m") \
+      "$cli" run --nproc-per-node "$n" "${threads[@]}" --no-dashboard --log-dir "$work/$m-r$r-n$n" -- $(command_of "$m") \
         >"$work/$m-r$r-n$n.out" 2>&1 || { cat "$work/$m-r$r-n$n.out" >&2; exit 1; }
     done
   done
