@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_token_set.h"
 #include "cohort/sharded_dataset.h"
 #include "data/prepare/shard_writer.h"
 #include "data/shards/manifest.h"
@@ -33,24 +34,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-void generate(const std::string& dir, uint64_t bytes, uint64_t shard_bytes) {
-  cohort::data::Manifest base;
-  base.kind = "tokens";
-  base.item_bytes = 2;
-  base.vocab_size = 50257;
-  base.tokenizer.kind = "bytes";
-  base.tokenizer.xxh3 = 1;
-  std::filesystem::create_directories(dir);
-  cohort::data::ShardWriter w(dir, base, shard_bytes);
-  std::mt19937 rng(1);
-  std::vector<uint32_t> doc(1000);
-  for (uint64_t written = 0; written < bytes; written += doc.size() * 2) {
-    for (auto& t : doc) t = rng() % 50257;
-    w.add_tokens(doc.data(), doc.size());
-    w.end_document();
-  }
-  w.finish();
-}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -74,7 +57,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   const std::string dir = root + "/set";
   if (!std::filesystem::exists(dir + "/manifest.json")) {
-    generate(dir, static_cast<uint64_t>(gib * (1ull << 30)), static_cast<uint64_t>(shard_mib) << 20);
+    bench_data::generate_token_set(dir, static_cast<uint64_t>(gib * (1ull << 30)), static_cast<uint64_t>(shard_mib) << 20, 1);
   }
   const cohort::data::Manifest m = cohort::data::read_manifest(dir);
   uint64_t bytes = 0;

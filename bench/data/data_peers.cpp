@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_token_set.h"
 #include "cohort/sharded_dataset.h"
 #include "data/prepare/shard_writer.h"
 #include "data/shards/manifest.h"
@@ -35,33 +36,7 @@ double peers_seconds_since(PeersClock::time_point t) {
   return std::chrono::duration<double>(PeersClock::now() - t).count();
 }
 
-void peers_evict(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) return;
-  ::fdatasync(fd);
-  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-  ::close(fd);
-}
 
-// Random uint16 tokens below GPT-2's vocabulary, in documents of ~1000 tokens, until `bytes`.
-void peers_generate(const std::string& dir, uint64_t bytes, uint64_t shard_bytes) {
-  cohort::data::Manifest base;
-  base.kind = "tokens";
-  base.item_bytes = 2;
-  base.vocab_size = 50257;
-  base.tokenizer.kind = "bytes";
-  base.tokenizer.xxh3 = 1;
-  std::filesystem::create_directories(dir);
-  cohort::data::ShardWriter w(dir, base, shard_bytes);
-  std::mt19937_64 rng(46);
-  std::vector<uint32_t> doc(1000);
-  for (uint64_t written = 0; written < bytes; written += doc.size() * 2) {
-    for (auto& t : doc) t = static_cast<uint32_t>(rng() % 50257);
-    w.add_tokens(doc.data(), doc.size());
-    w.end_document();
-  }
-  w.finish();
-}
 
 // The tokens of sample `index` (seq_len + 1 of them), read from its shard file: windows start every
 // seq_len tokens inside a shard and do not cross into the next (docs/data.md, "Samples").
@@ -99,13 +74,13 @@ int main(int argc, char** argv) {
   app.add_flag("--warm", warm, "leave the files' pages in the page cache (the default drops them before each reader)");
   CLI11_PARSE(app, argc, argv);
   if (gib > 0) {
-    peers_generate(dir, static_cast<uint64_t>(gib * (1ull << 30)), shard_mib << 20);
+    bench_data::generate_token_set(dir, static_cast<uint64_t>(gib * (1ull << 30)), shard_mib << 20, 46);
     return 0;
   }
   const cohort::data::Manifest m = cohort::data::read_manifest(dir);
   auto evict_all = [&] {
     if (warm) return;
-    for (const auto& s : m.shards) peers_evict(dir + "/" + s.data.file);
+    for (const auto& s : m.shards) bench_data::evict_from_page_cache(dir + "/" + s.data.file);
   };
 
   cohort::ShardedDatasetOptions o;

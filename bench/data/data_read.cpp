@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_token_set.h"
 #include "cohort/sharded_dataset.h"
 #include "data/shards/manifest.h"
 #include "data/prepare/shard_writer.h"
@@ -39,33 +40,7 @@ long status_kib(const char* field) {
   return -1;
 }
 
-void evict(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) return;
-  ::fdatasync(fd);
-  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-  ::close(fd);
-}
 
-// Random uint16 tokens below the vocabulary, in documents of ~1000 tokens, until `bytes`.
-void generate(const std::string& dir, uint64_t bytes) {
-  cohort::data::Manifest base;
-  base.kind = "tokens";
-  base.item_bytes = 2;
-  base.vocab_size = 50257;
-  base.tokenizer.kind = "bytes";
-  base.tokenizer.xxh3 = 1;
-  std::filesystem::create_directories(dir);
-  cohort::data::ShardWriter w(dir, base, 256ull << 20);
-  std::mt19937 rng(1);
-  std::vector<uint32_t> doc(1000);
-  for (uint64_t written = 0; written < bytes; written += doc.size() * 2) {
-    for (auto& t : doc) t = rng() % 50257;
-    w.add_tokens(doc.data(), doc.size());
-    w.end_document();
-  }
-  w.finish();
-}
 
 }  // namespace
 
@@ -79,12 +54,12 @@ int main(int argc, char** argv) {
   app.add_option("--seq-len", seq_len)->capture_default_str();
   app.add_option("--global-batch", global_batch)->capture_default_str();
   CLI11_PARSE(app, argc, argv);
-  if (!std::filesystem::exists(dir + "/manifest.json")) generate(dir, static_cast<uint64_t>(gib * (1ull << 30)));
+  if (!std::filesystem::exists(dir + "/manifest.json")) bench_data::generate_token_set(dir, static_cast<uint64_t>(gib * (1ull << 30)), 256ull << 20, 1);
   const cohort::data::Manifest m = cohort::data::read_manifest(dir);
   uint64_t bytes = 0;
   for (const auto& s : m.shards) bytes += s.data.bytes;
 
-  for (const auto& s : m.shards) evict(dir + "/" + s.data.file);
+  for (const auto& s : m.shards) bench_data::evict_from_page_cache(dir + "/" + s.data.file);
   auto t = Clock::now();
   for (const auto& s : m.shards) {
     const std::string cmd = "dd if=" + dir + "/" + s.data.file + " of=/dev/null bs=8M status=none";
@@ -92,7 +67,7 @@ int main(int argc, char** argv) {
   }
   const double dd_s = seconds_since(t);
 
-  for (const auto& s : m.shards) evict(dir + "/" + s.data.file);
+  for (const auto& s : m.shards) bench_data::evict_from_page_cache(dir + "/" + s.data.file);
   cohort::ShardedDatasetOptions o;
   o.seq_len = seq_len;
   o.global_batch = global_batch;
