@@ -250,10 +250,14 @@ nlohmann::json train(M& model, std::shared_ptr<cohort::Context> ctx, const Corpu
     const int64_t last = o.stop_at > 0 ? std::min(o.stop_at, o.steps) : o.steps;  // --stop-at: as if interrupted there
     while (step < last) {
       {
-        const torch::data::Example<> batch = batches.next();  // into the next epoch at an epoch's end
         if (micro == 0) {
           phases.count(step - first_step >= o.warmup_steps);  // the steps the throughput counts
           phases.start();
+        }
+        // "data": the wait for the batch (a later micro-step's: from its previous backward's end).
+        const torch::data::Example<> batch = batches.next();  // into the next epoch at an epoch's end
+        phases.end("data");
+        if (micro == 0) {
           step_start = clock::now();
           for (auto& group : optimizer.param_groups()) group.options().set_lr(schedule.lr());
           optimizer.zero_grad();
