@@ -1,12 +1,22 @@
 // run_schedule(): one pass over a rank's action list. What a microbatch leaves between actions is
 // kept per (stage, microbatch) and dropped as soon as the last action that needs it has run: the
 // stage's input and output until its backward (or its W), a received tensor until its compute.
+// The timeline (docs/monitoring.md#the-timeline-panel): each send and receive is a flight-recorder
+// entry, so a comm span "send" / "recv" with the tensor's bytes, the microbatch as its index and
+// "pipeline activation" / "pipeline gradient" as what it is for. A Gloo send tells its completion
+// only to a wait, so the step's sends are waited for in order on a thread of its own (SendWaiter):
+// a send's span ends when it completed, not when the step ends.
 #include "parallel/pipeline/executor.h"
 
+#include <condition_variable>
+#include <deque>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "cohort/error.h"
+#include "monitor/worker_monitor.h"
 #include "runtime/agent_link/flight_op.h"
 
 namespace cohort::pipeline {
@@ -16,6 +26,79 @@ constexpr int kMaxDims = 7;
 constexpr int kHeader = 5 + kMaxDims;  // stage, microbatch, gradient?, dtype, ndim, dims
 using Key = std::pair<int, int>;       // stage, microbatch
 
+const char* link_name(bool gradient) { return gradient ? "pipeline gradient" : "pipeline activation"; }
+
+// Waits for posted sends, oldest first, on a thread started with the first one; marks each one's
+// flight entry completed or failed as it ends. finish() waits for all of them (or, unwinding,
+// aborts them) and returns the first failure.
+class SendWaiter {
+ public:
+  struct Failure {
+    std::string cause;
+    int stage = -1, mb = -1;
+  };
+  ~SendWaiter() { finish(/*abort=*/true); }
+  void add(WorkHandle work, uint64_t seq, int stage, int mb) {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(Pending{std::move(work), seq, stage, mb});
+    if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+    cv_.notify_one();
+  }
+  Failure finish(bool abort) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      closed_ = true;
+      if (abort) {
+        aborting_ = true;
+        if (current_) current_->abort();
+        for (auto& p : queue_) p.work->abort();
+      }
+    }
+    cv_.notify_one();
+    if (thread_.joinable()) thread_.join();
+    return failure_;
+  }
+
+ private:
+  struct Pending {
+    WorkHandle work;
+    uint64_t seq;  // its flight entry; 0: none (a header)
+    int stage, mb;
+  };
+  void loop() {
+    for (;;) {
+      Pending p;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [this] { return !queue_.empty() || closed_; });
+        if (queue_.empty()) return;
+        p = std::move(queue_.front());
+        queue_.pop_front();
+        if (aborting_) p.work->abort();
+        current_ = p.work;
+      }
+      bool ok = false;
+      std::string cause = "aborted";
+      try {
+        ok = p.work->wait();
+      } catch (const std::exception& e) {
+        cause = e.what();
+      }
+      detail::flight_update(p.seq, ok ? detail::FlightState::completed : detail::FlightState::failed);
+      std::lock_guard<std::mutex> lock(mu_);
+      current_.reset();
+      if (!ok && failure_.cause.empty()) failure_ = Failure{cause.substr(0, cause.find('\n')), p.stage, p.mb};
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Pending> queue_;
+  WorkHandle current_;
+  bool closed_ = false, aborting_ = false;
+  Failure failure_;
+  std::thread thread_;
+};
+
 class Step {
  public:
   Step(const Schedule& s, int rank, std::map<int, torch::nn::Sequential>& stages, Backend& group, const StepData& data,
@@ -24,7 +107,10 @@ class Step {
 
   double run() {
     for (const Action& a : s_.actions.at(rank_)) run(a);
-    for (auto& work : sends_) wait(work, "a send", -1, -1);
+    const SendWaiter::Failure failed = sends_.finish(/*abort=*/false);
+    if (!failed.cause.empty())
+      throw CommError(rank_, "pipeline: the send of " + where(failed.stage, failed.mb) +
+                                 " failed; a peer may have died or hung (" + failed.cause + ")");
     return loss_sum_ / s_.microbatches;
   }
 
@@ -57,16 +143,25 @@ class Step {
     auto h = header.accessor<int64_t, 1>();
     h[0] = stage, h[1] = mb, h[2] = gradient, h[3] = static_cast<int64_t>(t.scalar_type()), h[4] = t.dim();
     for (int64_t d = 0; d < t.dim(); ++d) h[5 + d] = t.size(d);
+    // One entry (and span) per transfer, from the header's post to the tensor's completion.
+    const uint64_t seq = detail::flight_record(detail::flight_op("send", link_name(gradient), mb, t));
     for (at::Tensor part : {header, t}) {
       std::vector<at::Tensor> tensors{part};
-      sends_.push_back(group_.send(tensors, to, gradient ? 1 : 0));
+      WorkHandle work;
+      try {
+        work = group_.send(tensors, to, gradient ? 1 : 0);
+      } catch (...) {
+        detail::flight_update(seq, detail::FlightState::failed);
+        throw;
+      }
       kept_.push_back(part);  // alive until its send completes
+      sends_.add(std::move(work), part.is_same(t) ? seq : 0, stage, mb);
     }
   }
 
   at::Tensor receive(bool gradient, int stage, int mb, int from, int sender_stage) {
-    detail::FlightScope entry(detail::flight_op("recv", gradient ? "pipeline gradient" : "pipeline activation", stage,
-                                        torch::zeros({0})));
+    // The span covers the wait for the header too (the stage idles there); its size once known.
+    detail::FlightScope entry(detail::flight_op("recv", link_name(gradient), mb, torch::zeros({0})));
     std::vector<at::Tensor> header{torch::zeros({kHeader}, torch::kLong)};
     auto work = group_.recv(header, from, gradient ? 1 : 0);
     wait(work, gradient ? "the receive of the gradient" : "the receive of the activation", stage, mb);
@@ -79,6 +174,8 @@ class Step {
     std::vector<int64_t> shape(h[4]);
     for (int64_t d = 0; d < h[4]; ++d) shape[d] = h[5 + d];
     std::vector<at::Tensor> t{torch::empty(shape, torch::TensorOptions().dtype(static_cast<at::ScalarType>(h[3])))};
+    detail::flight_recorder().set_size(entry.seq(), c10::toString(t[0].scalar_type()), t[0].numel(),
+                                       static_cast<int64_t>(t[0].nbytes()));
     work = group_.recv(t, from, gradient ? 1 : 0);
     wait(work, gradient ? "the receive of the gradient" : "the receive of the activation", stage, mb);
     entry.done();
@@ -182,8 +279,8 @@ class Step {
   std::map<Key, at::Tensor> local_grad_, received_grad_;     // output gradients waiting for their backward
   std::map<Key, at::Tensor> input_grads_;                    // input gradients waiting for their send
   std::map<Key, at::Tensor> weight_grad_;                    // output gradients kept from B for W
-  std::vector<WorkHandle> sends_;
   std::vector<at::Tensor> kept_;
+  SendWaiter sends_;  // last: joined (sends aborted when unwinding) before the tensors above go
 };
 
 }  // namespace
@@ -196,6 +293,8 @@ double run_schedule(const Schedule& schedule, int rank, std::map<int, torch::nn:
   if (group.getSize() != schedule.ranks)
     throw ConfigError(rank, "pipeline: the group has " + std::to_string(group.getSize()) + " ranks, the schedule " +
                                 std::to_string(schedule.ranks));
+  // The transfers' spans belong to the monitor of the thread that runs the step (as DDP's marks do).
+  if (detail::StepMonitor& monitor = detail::current_step_monitor(); monitor.enabled()) detail::set_span_owner(&monitor);
   return Step(schedule, rank, stages, group, data, loss).run();
 }
 

@@ -7,7 +7,8 @@
 // the tensor, on one Gloo tag per link kind (activations 0, gradients 1), so that each link
 // delivers in order as the checker assumes. A receiver checks the header against the action it is
 // running: ranks that run different schedules fail with a line naming both tensors, not a wrong
-// gradient. Sends are posted and waited for at the end of the step.
+// gradient. Sends are posted and waited for, in order, on a thread of the step's own; the step ends
+// when all have completed. Each send and receive is a comm span of the step's timeline (executor.cpp).
 // The zero-bubble split: B is autograd's gradient of the stage's input alone (keeping the graph);
 // W is a second backward into the stage's parameters only. Correct, but W walks the stage's graph
 // again: the cost is not yet the paper's. Not here: stages from a model, tied weights, data

@@ -78,6 +78,16 @@ void FlightRecorder::set_state(uint64_t seq, FlightState state) {
   }
 }
 
+void FlightRecorder::set_size(uint64_t seq, const char* dtype, int64_t numel, int64_t bytes) {
+  if (seq == 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  FlightEntry& e = ring_[seq % ring_.size()];
+  if (e.seq != seq || e.state == FlightState::completed || e.state == FlightState::failed) return;
+  e.op.dtype = dtype;
+  e.op.numel = numel;
+  e.op.bytes = bytes;
+}
+
 void FlightRecorder::account_end(const FlightEntry& e, int64_t now) {
   if (spans_count_ < spans_.size()) {
     CommSpan& span = spans_[spans_count_++];

@@ -1,11 +1,12 @@
 // runtime/agent_link/flight_recorder.h — this process's last collectives, kept for a post-mortem.
 //
 // Every collective cohort issues itself (DDP buckets, the model check's allgather, broadcasts,
-// barriers, the shared-memory allreduce) takes one entry in a fixed ring of the last `capacity`
-// (64): sequence number, operation, what it is for, size, dtype, backend, state and wall-clock
-// times. Recording locks a mutex and copies a few words — no allocation, no formatting: names are
-// static string literals. When the agent asks (a hang, see agent_link.h) the ring is written out
-// as JSON (flight_record_json), the format of docs/fault-tolerance.md.
+// barriers, the shared-memory allreduce, the pipeline's sends and receives) takes one entry in a
+// fixed ring of the last `capacity` (64): sequence number, operation, what it is for, size, dtype,
+// backend, state and wall-clock times. Recording locks a mutex and copies a few words — no
+// allocation, no formatting: names are static string literals. When the agent asks (a hang, see
+// agent_link.h) the ring is written out as JSON (flight_record_json), the format of
+// docs/fault-tolerance.md.
 //
 // Sequence numbers count the recorded collectives of the process from 1. Ranks that issue the same
 // collectives in the same order — DDP does, by construction — give the same collective the same
@@ -84,6 +85,8 @@ class FlightRecorder {
   uint64_t record(const FlightOp& op, int64_t step, FlightState state = FlightState::enqueued);
   /// Moves entry `seq` on. Ignored when seq is 0 or the ring has since overwritten the entry.
   void set_state(uint64_t seq, FlightState state);
+  /// Gives entry `seq` its size once known (a receive learns it from a header); the same rules.
+  void set_size(uint64_t seq, const char* dtype, int64_t numel, int64_t bytes);
 
   /// The entries still in the ring, oldest first.
   std::vector<FlightEntry> snapshot() const;
@@ -133,6 +136,7 @@ class FlightScope {
   FlightScope(const FlightScope&) = delete;
   FlightScope& operator=(const FlightScope&) = delete;
   void done() { done_ = true; }
+  uint64_t seq() const { return seq_; }
 
  private:
   uint64_t seq_;
