@@ -47,6 +47,10 @@ struct MeshParameter {
   at::Tensor optimizer_param;
   /// Where optimizer_param's elements begin among local's flattened elements.
   int64_t optimizer_offset = 0;
+  /// A copy of a parameter that another stage holds and saves (a tied weight: the GPT's token
+  /// embedding on its last stage): restored like that parameter (and its optimizer state), never
+  /// saved from here. Its `name` and `shape` are the saved parameter's; `stage` is this rank's.
+  bool copy = false;
 };
 
 /// What the Checkpointer asks of a model trained on a DeviceMesh (see the top of this header).

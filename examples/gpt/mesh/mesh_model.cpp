@@ -37,7 +37,7 @@ void check_options(const Options& o, int world, int rank) {
     throw ConfigError(rank, "--tp/--pp/--dp/--microbatches run with --mode ddp and no --comm-hook (got --mode " + o.mode +
                                 ", --comm-hook " + o.comm_hook + ")");
   if (o.accum != 1) throw ConfigError(rank, "--accum " + n(o.accum) + ": on a mesh, --microbatches accumulates the gradients");
-  if (!o.ckpt_dir.empty()) throw ConfigError(rank, "--ckpt-dir is not supported with --tp/--pp yet");
+  if (o.snapshot_every > 0) throw ConfigError(rank, "--snapshot-every is not supported with --tp/--pp yet (--ckpt-dir is)");
   if (o.device != "cpu") throw ConfigError(rank, "--tp/--pp run on --device cpu (Gloo groups) for now");
   const GptConfig& c = o.model;
   if (c.heads % o.tp != 0)
@@ -209,6 +209,28 @@ std::vector<torch::Tensor> MeshModel::full_parameters() {
       wait(mesh_->group("pp")->broadcast(v, options));
     }
     out.push_back(t);
+  }
+  return out;
+}
+
+std::vector<cohort::MeshParameter> MeshModel::mesh_parameters() {
+  std::vector<cohort::MeshParameter> out;
+  const auto add = [&](const Full& f, const torch::Tensor& local, bool copy) {
+    cohort::MeshParameter p{f.name, f.shape, tp_layout(f.name).dim, pp_rank_, local, local, 0, copy};
+    if (tp_layout(f.name).qkv) {  // [3·d, ...] as [3, d, ...]; this rank's [3, d/tp, ...] is a view of its rows
+      p.shape.insert(p.shape.begin(), 3);
+      p.shape[1] /= 3;
+      std::vector<int64_t> piece = p.shape;
+      piece[1] /= tp_.size();
+      p.local = local.view(piece);
+      p.tp_dim = 1;
+    }
+    out.push_back(std::move(p));
+  };
+  for (const Full& f : full_) {
+    if (f.owner == pp_rank_) add(f, f.local, false);
+    // The head's copy of the token embedding, on a last stage that does not hold the first.
+    if (f.name == "embed.wte.weight" && f.owner != pp_rank_ && tied_.defined()) add(f, tied_, true);
   }
   return out;
 }

@@ -1,11 +1,13 @@
 // The GPT on a device mesh (issue 47): pp × dp × tp ranks (tp innermost), this rank's pipeline
 // stages of its tensor-parallel layers, the tied token embedding's two copies, and the things a
 // training step needs across the mesh: the global gradient norm and the whole model gathered back
-// into the one-process model's order (its checksum, --save-params, --compare-params).
+// into the one-process model's order (its checksum, --save-params, --compare-params). It is the
+// module a Checkpointer saves (cohort::MeshCheckpointable: --ckpt-dir), restored on any mesh.
 #pragma once
 
 #include <cohort/cohort.h>
 #include <cohort/device_mesh.h>
+#include <cohort/mesh_checkpoint.h>
 #include <torch/torch.h>
 
 #include <map>
@@ -28,7 +30,9 @@ cohort::pipeline::ScheduleKind schedule_kind(const std::string& name, int rank);
 /// the stages, microbatches against the schedule, options the mesh does not combine with).
 void check_options(const Options& o, int world, int rank);
 
-class MeshModel {
+// A torch Module only so that a Checkpointer's TrainingState can hold it (it registers nothing:
+// its parameters are local()'s, which DDP wraps).
+class MeshModel : public torch::nn::Module, public cohort::MeshCheckpointable {
  public:
   /// Collective over the job: the mesh, its groups, this rank's layers (from make_gpt's model,
   /// seeded as the one-process run) and the tied embedding's group.
@@ -60,6 +64,13 @@ class MeshModel {
   /// Mean next-token loss of `batches` [ids, targets] (this dp rank's share), forward only through
   /// the pipeline; the sum and the token count, where the last stage's tp rank 0 lives, else zeros.
   std::pair<double, double> eval_sums(const std::vector<std::pair<torch::Tensor, torch::Tensor>>& batches);
+
+  // cohort::MeshCheckpointable: each parameter by its one-process name and shape, except a qkv
+  // weight or bias [3·d, ...], described as [3, d, ...] split over tp along dimension 1 (a tp
+  // rank's rows are its heads' q, k and v: regroup_qkv), so that every mesh cuts it alike. The
+  // last stage's copy of the tied embedding is restored from the first stage's, never saved.
+  const cohort::DeviceMesh& checkpoint_mesh() const override { return *mesh_; }
+  std::vector<cohort::MeshParameter> mesh_parameters() override;
 
  private:
   struct Full {  // a parameter of the one-process model

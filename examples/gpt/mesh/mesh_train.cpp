@@ -55,12 +55,24 @@ nlohmann::json train_mesh(const std::shared_ptr<cohort::Context>& ctx, const Cor
   CosineSchedule schedule(o.lr, o.min_lr, o.warmup, o.steps);
   auto loader = torch::data::make_data_loader(train_set, sampler, torch::data::DataLoaderOptions(o.batch));
 
+  // --ckpt-dir: the model's pieces with AdamW's state (MeshModel is a cohort::MeshCheckpointable),
+  // the sampler's position and the schedule; restored on whatever mesh this run has.
+  std::unique_ptr<cohort::Checkpointer> checkpoints;
+  const cohort::TrainingState state{&model, &optimizer, &sampler, {{"schedule", &schedule}}};
+  if (!o.ckpt_dir.empty()) {
+    checkpoints = std::make_unique<cohort::Checkpointer>(o.ckpt_dir, ctx,
+                                                         cohort::CheckpointOptions{.every_steps = o.ckpt_every, .async = !o.ckpt_sync});
+    if (auto r = checkpoints->restore_latest(state); r && c.rank() == 0)
+      std::cout << "resumed from " << r->path << " (step " << r->step << ", saved by " << r->saved_world_size << " ranks)" << std::endl;
+  }
+
   using clock = std::chrono::steady_clock;
   const double tokens_per_step = static_cast<double>(o.batch) * m * dp * cfg.seq_len;
   double timed_s = 0, last_loss = NAN;
-  int64_t timed_steps = 0, step = 0;
+  int64_t timed_steps = 0, step = schedule.step();
+  const int64_t first_step = step, last = o.stop_at > 0 ? std::min(o.stop_at, o.steps) : o.steps;  // --stop-at: as if interrupted
   std::vector<torch::Tensor> inputs, targets;
-  for (int64_t epoch = 0; step < o.steps; ++epoch) {
+  for (int64_t epoch = sampler.epoch(); step < last; ++epoch) {  // a restored epoch continues where it was
     sampler.set_epoch(epoch);
     for (auto& batch : *loader) {
       inputs.push_back(batch.data);
@@ -92,7 +104,7 @@ nlohmann::json train_mesh(const std::shared_ptr<cohort::Context>& ctx, const Cor
       inputs.clear();
       targets.clear();
       const double seconds = std::chrono::duration<double>(clock::now() - start).count();
-      if (step > o.warmup_steps) ++timed_steps, timed_s += seconds;
+      if (step - first_step > o.warmup_steps) ++timed_steps, timed_s += seconds;
       // The job's loss: each dp rank's, from its last stage's tp rank 0.
       const bool reports = model.last_stage() && model.tp_rank() == 0;
       const double job_loss = sum_over_ranks(c, {reports ? loss : 0.0})[0] / dp;
@@ -100,9 +112,15 @@ nlohmann::json train_mesh(const std::shared_ptr<cohort::Context>& ctx, const Cor
         last_loss = job_loss;
         if (c.rank() == 0) std::cout << "step " << step << " loss " << std::setprecision(9) << job_loss << " lr " << lr << std::endl;
       }
+      if (checkpoints) checkpoints->maybe_save(state);
       cohort::monitor().step(step, {{"loss", job_loss}, {"lr", lr}, {"tokens_per_s", tokens_per_step / seconds}});
-      if (step >= o.steps) break;
+      if (step >= last) break;
     }
+  }
+  if (checkpoints) {
+    checkpoints->wait();
+    // The end state too, so that starting the finished job again resumes at its end.
+    if (o.ckpt_every > 0 && step > first_step && step % o.ckpt_every != 0) checkpoints->save(state);
   }
 
   // The validation loss: this dp rank's share of the windows, forward only through the pipeline.

@@ -44,6 +44,7 @@ MeshCapture mesh_capture(MeshCheckpointable& model, const torch::optim::Optimize
   out.mesh_json = mesh_dims.dump();
   nlohmann::ordered_json pieces = nlohmann::ordered_json::array();
   for (const MeshParameter& p : model.mesh_parameters()) {
+    if (p.copy) continue;  // its stage saves it (a restore fills the copy from that)
     const std::string where = "parameter \"" + p.name + "\" of shape " + dims_text(p.shape);
     if (!p.local.defined()) throw CheckpointError(rank, where + " has no local tensor");
     const int k = p.tp_dim;
