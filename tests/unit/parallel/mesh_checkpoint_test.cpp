@@ -4,7 +4,8 @@
 // the saved logical state — parameters, Adam's moments and step, the data's position — bit for bit;
 // the whole run ends where a run that never stopped ends (bitwise without the tp leg; with it,
 // within the bound tp's reduction order gives). Bad input is one line naming the parameter, the
-// rank and the numbers; `cohort ckpt inspect` shows the mesh.
+// rank and the numbers; `cohort ckpt inspect` shows the mesh. A tied weight's copy on another stage
+// is restored from the stage that saves it.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -266,6 +267,66 @@ TEST(MeshCheckpoint, AParameterThatDoesNotFitIsOneLineNamingItTheRankAndTheNumbe
       });
   EXPECT_NE(m.find("shard-00001-of-00002.safetensors: tensor \"w/param\" does not match its hash in the manifest"),
             std::string::npos) << m;
+}
+
+// A weight tied between the two stages of pp = 2 (the GPT's token embedding and head): stage 0
+// saves "tied", stage 1 lists its copy (MeshParameter::copy). The checkpoint holds it once, from
+// rank 0; a restore gives both stages stage 0's value and Adam state, at pp = 2 and at pp = 1.
+class TiedWeight : public torch::nn::Module, public MeshCheckpointable {
+ public:
+  TiedWeight(std::shared_ptr<Context> ctx, int pp) : mesh_(ctx, {{"pp", pp}}) {
+    w = register_parameter("w", torch::zeros({4, 3}));
+    adam = std::make_unique<torch::optim::Adam>(std::vector<at::Tensor>{w}, torch::optim::AdamOptions(0.1));
+  }
+  const DeviceMesh& checkpoint_mesh() const override { return mesh_; }
+  std::vector<MeshParameter> mesh_parameters() override {
+    const int stage = mesh_.coordinate("pp");
+    return {{"tied", {4, 3}, -1, stage, w, w, 0, stage == 1}};
+  }
+  at::Tensor w;
+  std::unique_ptr<torch::optim::Adam> adam;
+
+ private:
+  DeviceMesh mesh_;
+};
+
+TEST(MeshCheckpoint, ATiedCopyIsRestoredFromTheStageThatSavesItNeverSaved) {
+  TempDir dir("cohort_mesh_tied");
+  std::map<int, at::Tensor> saved_w, saved_avg;
+  std::mutex mu;
+  run_ranks(2, [&](std::shared_ptr<Context> ctx) {
+    TiedWeight m(ctx, 2);
+    {
+      torch::NoGradGuard no_grad;
+      m.w.copy_(torch::arange(12, torch::kFloat).view({4, 3}) * (ctx->rank() + 1));  // the copies differ: which one comes back shows
+    }
+    m.w.mutable_grad() = torch::full({4, 3}, 1.0f + ctx->rank());
+    m.adam->step();
+    ckpt::NamedTensors fields;
+    ckpt::param_state_tensors(*m.adam, m.w, "tied", fields, ctx->rank());
+    std::lock_guard<std::mutex> lock(mu);
+    saved_w[ctx->rank()] = m.w.detach().clone();
+    for (const auto& [key, t] : fields)
+      if (key == "tied/exp_avg") saved_avg[ctx->rank()] = t.clone();
+    Checkpointer(dir.path(), ctx).save(TrainingState{&m, m.adam.get()});
+  });
+  ASSERT_TRUE(saved_avg.count(0) && !torch::equal(saved_w[0], saved_w[1]));
+  const auto manifest = ckpt::Manifest::parse(slurp(dir.path() + "/step-00000000/manifest.json"));
+  EXPECT_EQ(manifest.sharding_json.find("\"rank\":1"), std::string::npos) << manifest.sharding_json;
+  for (const int pp : {2, 1}) {
+    run_ranks(pp, [&](std::shared_ptr<Context> ctx) {
+      TiedWeight m(ctx, pp);
+      ASSERT_TRUE(Checkpointer(dir.path(), ctx).restore_latest(TrainingState{&m, m.adam.get()}).has_value());
+      ckpt::NamedTensors fields;
+      ckpt::param_state_tensors(*m.adam, m.w, "tied", fields, ctx->rank());
+      std::lock_guard<std::mutex> lock(mu);
+      EXPECT_TRUE(torch::equal(m.w.detach(), saved_w[0])) << "pp=" << pp << ", rank " << ctx->rank();
+      bool avg = false;
+      for (const auto& [key, t] : fields)
+        if (key == "tied/exp_avg") avg = torch::equal(t, saved_avg[0]);
+      EXPECT_TRUE(avg) << "pp=" << pp << ", rank " << ctx->rank() << ": Adam's exp_avg is not stage 0's";
+    });
+  }
 }
 
 TEST(MeshCheckpoint, CkptInspectAndListShowTheMesh) {
