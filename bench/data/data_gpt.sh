@@ -8,7 +8,8 @@
 #           GPT-2's vocabulary 50257, build/bench/data_peers --generate) is within 50 MB of the same
 #           run on a 10 MiB one, and RSS is flat over the run.
 # One JSON line per rank and run (bench/data/data_gpt.py says what each field is). ONLY=wait or
-# ONLY=memory runs one part. Data sets go under ${DATA_BENCH_DIR:-/var/tmp/cohort-gpt-bench},
+# ONLY=memory runs one part; GPT_ARGS adds flags to every gpt run (e.g. "--batch 2": the
+# vocabulary of 50257 makes the memory runs' steps ~8x the bytes runs' on a CPU). Data sets go under ${DATA_BENCH_DIR:-/var/tmp/cohort-gpt-bench},
 # removed at the end unless KEEP=1 (a kept GIB set is used again by the next run).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -22,7 +23,7 @@ run_gpt() {  # LABEL DATA_DIR
   rm -rf "$root/run-$1"
   python3 bench/data/data_gpt.py "$1" "$root/run-$1" -- "$cohort" run --nproc-per-node 2 --run-dir "$root/run-$1" \
     --no-dashboard -- build/examples/gpt/gpt --preset tiny --data "$2" --phase-times --steps "$steps" \
-    --eval-windows 2 --sample-tokens 0 --log-every 0
+    --eval-windows 2 --sample-tokens 0 --log-every 0 ${GPT_ARGS:-}
 }
 
 if [ "$only" != memory ]; then

@@ -44,7 +44,7 @@ for path in sources():
     total, n = total + len(data), n + 1
 print("data_prepare: corpus %.1f MB in %d distinct files" % (total / 1e6, n), file=sys.stderr)
 EOF
-bytes=$(du -sb "$root/corpus" | cut -f1)
+bytes=$(find "$root/corpus" -type f -printf '%s\n' | awk '{ n += $1 } END { print n }')
 
 t0=$(date +%s.%N)
 "$cohort" data prepare "$root/corpus" --vocab 8000 --out "$root/spm-trained" >"$root/log" 2>&1 || { cat "$root/log"; exit 1; }
