@@ -304,10 +304,12 @@ TEST(MeshCheckpoint, ATiedCopyIsRestoredFromTheStageThatSavesItNeverSaved) {
     m.adam->step();
     ckpt::NamedTensors fields;
     ckpt::param_state_tensors(*m.adam, m.w, "tied", fields, ctx->rank());
-    std::lock_guard<std::mutex> lock(mu);
-    saved_w[ctx->rank()] = m.w.detach().clone();
-    for (const auto& [key, t] : fields)
-      if (key == "tied/exp_avg") saved_avg[ctx->rank()] = t.clone();
+    {  // not held across save(): a collective, the lock would keep the other rank out of it
+      std::lock_guard<std::mutex> lock(mu);
+      saved_w[ctx->rank()] = m.w.detach().clone();
+      for (const auto& [key, t] : fields)
+        if (key == "tied/exp_avg") saved_avg[ctx->rank()] = t.clone();
+    }
     Checkpointer(dir.path(), ctx).save(TrainingState{&m, m.adam.get()});
   });
   ASSERT_TRUE(saved_avg.count(0) && !torch::equal(saved_w[0], saved_w[1]));
