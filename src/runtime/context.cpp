@@ -239,6 +239,17 @@ c10::intrusive_ptr<c10d::Store> connect_store(const JobEnv& env, const InitOptio
 }
 
 #ifdef COHORT_WITH_GLOO
+// libtorch 2.x's own flight recorder (c10d::FlightRecorder, on by default with 2,000 entries)
+// inserts each process group's status into a map before it takes its mutex: the first collectives
+// of two groups in one process at once (ranks as threads, or a mesh rank's groups on several
+// threads) corrupt it and crash (SIGSEGV in recordWithResetEnabled, seen on 2.11). cohort records
+// its own collectives (runtime/agent_link/flight_recorder.h), so it turns libtorch's off unless the
+// user set its size. Set while the library loads, before any thread or group exists; 1.13 has none.
+const bool kLibtorchFlightRecorderOff = [] {
+  if (!std::getenv("TORCH_FR_BUFFER_SIZE") && !std::getenv("TORCH_NCCL_TRACE_BUFFER_SIZE")) ::setenv("TORCH_FR_BUFFER_SIZE", "0", 0);
+  return true;
+}();
+
 std::shared_ptr<::gloo::transport::Device> gloo_device(const JobEnv& env) {
   for (const char* var : {"COHORT_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"}) {
     if (auto ifname = process_env(var)) return c10d::ProcessGroupGloo::createDeviceForInterface(*ifname);
