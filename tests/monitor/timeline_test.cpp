@@ -104,8 +104,10 @@ void expect_buckets_as_they_ran(bool same_machine) {
   }
   // One clock: the ranks (threads of one process, one steady clock) measured an offset of ~0.
   const auto clock = cohort::detail::clock_offset();
+  // Within its own error; the absolute bound only catches a broken measurement (a wrong sign or
+  // clock is seconds off): a loaded machine stretches the round trips past a millisecond.
   EXPECT_LE(std::fabs(clock.offset_s), clock.error_s + 1e-9);
-  EXPECT_LT(std::fabs(clock.offset_s), 1e-3);
+  EXPECT_LT(std::fabs(clock.offset_s), 0.05);
   EXPECT_GT(clock.measured_ns, 0);
 }
 
