@@ -3,7 +3,7 @@
 // by Python's JSON reader (trace_check.py: the format's fields, nesting on every thread, flow
 // pairs, every step's five phases on both ranks, buckets inside or after backward). A rank stopped
 // with SIGSTOP for 300 ms shows as its long span and the other rank's wait; the ranks' clocks
-// agree within 1 ms, and a clock shifted by 5 s on purpose (COHORT_TEST_CLOCK_SHIFT_S) is measured
+// agree within their measured error, and a clock shifted by 5 s on purpose (COHORT_TEST_CLOCK_SHIFT_S) is measured
 // and corrected within the measured error. Ranks as threads: timeline_test.cpp.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -97,9 +97,10 @@ TEST(TimelineProcess, TwoRanksTraceHasEveryStepNestedAndAStoppedRankShows) {
   }
   EXPECT_TRUE(waited) << "rank 0 did not wait for the stopped rank at step " << stopped_step << ": "
                       << rank0[stopped_step].dump();
-  // One clock on one machine: rank 1's offset is within its error, and under a millisecond.
+  // One clock on one machine: rank 1's offset is within its error (and far from seconds off; a
+  // loaded machine stretches the round trips past a millisecond, so no tighter absolute bound).
   const json& clock = rank1.begin()->second["timeline"];
-  EXPECT_LT(std::fabs(clock["clock_offset_s"].get<double>()), 1e-3) << clock.dump();
+  EXPECT_LT(std::fabs(clock["clock_offset_s"].get<double>()), 0.05) << clock.dump();
   EXPECT_LE(std::fabs(clock["clock_offset_s"].get<double>()), clock["clock_error_s"].get<double>() + 1e-9);
 
   const std::string trace = tmp.path() + "/trace.json";
