@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -18,6 +17,7 @@
 #include "monitor/worker_monitor.h"
 #include "runtime/clock/job_clock.h"
 #include "support/ddp_fixtures.h"
+#include "support/files.h"
 #include "support/thread_ranks.h"
 #include "worker_monitor_fixtures.h"
 
@@ -115,8 +115,8 @@ TEST(Timeline, PhasesTelescopeAndBucketsRunInOrAfterBackwardOverGloo) { expect_b
 TEST(Timeline, PhasesTelescopeAndBucketsRunInOrAfterBackwardOverSharedMemory) { expect_buckets_as_they_ran(true); }
 
 TEST(Timeline, CheckpointCaptureWriteAndRecoveryHaveSpans) {
-  char templ[] = "/tmp/cohort-timeline-ckpt-XXXXXX";
-  const std::string dir = mkdtemp(templ);
+  const cohort::testing::TempDir tmp("cohort-timeline-ckpt");  // removed even when an assertion fails
+  const std::string dir = tmp.path();
   run_ranks(1, [&](std::shared_ptr<cohort::Context> ctx) {
     SmallNet net;
     auto model = cohort::DistributedDataParallel(net, ctx);
@@ -154,14 +154,13 @@ TEST(Timeline, CheckpointCaptureWriteAndRecoveryHaveSpans) {
     EXPECT_STREQ(recovery->cat, "compute");
     EXPECT_GT(recovery->dur_s, 0);
   });
-  std::filesystem::remove_all(dir);
 }
 
 // An in-memory snapshot's copy (maybe_save with snapshot_every_steps) is its own io span, not a
 // checkpoint's capture.
 TEST(Timeline, ASnapshotCopyHasItsSpan) {
-  char templ[] = "/tmp/cohort-timeline-snap-XXXXXX";
-  const std::string dir = mkdtemp(templ);
+  const cohort::testing::TempDir tmp("cohort-timeline-snap");  // removed even when an assertion fails
+  const std::string dir = tmp.path();
   run_ranks(1, [&](std::shared_ptr<cohort::Context> ctx) {
     SmallNet net;
     auto model = cohort::DistributedDataParallel(net, ctx);
@@ -184,7 +183,6 @@ TEST(Timeline, ASnapshotCopyHasItsSpan) {
     EXPECT_LE(copy->start_s + copy->dur_s, rec.step_s + 1e-9);
     EXPECT_EQ(find_span(rec, "ckpt_capture"), nullptr);
   });
-  std::filesystem::remove_all(dir);
 }
 
 TEST(Timeline, SpansOverTheCapAreTruncatedAndSaidSo) {
